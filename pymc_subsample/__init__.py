@@ -1,0 +1,17 @@
+"""pymc-subsample: subsampling Metropolis–Hastings step methods for PyMC on tall data.
+
+.. code-block:: python
+
+    import pymc as pm
+    import pymc_subsample as pms
+
+    with model:
+        idata = pm.sample(step=pms.MHSS(cv_order=2))
+"""
+
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.steps import MHSS, SubsamplingStep, UserBound
+
+__all__ = ["MHSS", "SubsampledLikelihood", "SubsamplingModelError", "SubsamplingStep", "UserBound"]
+__version__ = "0.1.0"

@@ -1,0 +1,155 @@
+"""MHSS: exact Metropolis–Hastings with scalable subsampling (Prado, Nemeth & Sherlock 2024).
+
+Pure kernels: functions of numbers, arrays, callables and a ``numpy.random.Generator``;
+nothing here knows about PyMC. One iteration (Algorithm 1, delayed-acceptance form):
+
+1. Stage 1 screens the proposal with the control variates alone,
+   ``log α1 = log p0(θ') − log p0(θ) + log q(θ|θ') − log q(θ'|θ) + Σ_i r̂_i`` (eq. (10)).
+2. Stage 2 corrects for the remainders ``ξ_i`` with ``|ξ_i| ≤ c_i M`` (eq. (3)) by Poisson
+   thinning: ``K ~ Poisson(C·M)`` indices drawn with probability ``c_i / C``; a draw of row
+   ``i`` is kept with probability ``φ_i / (c_i M)`` and contributes ``log(φ'_i / φ_i)``
+   (eqs. (5)–(7), (11)), with the rates of the ``γ = 0`` choice (Theorem 1, the largest
+   acceptance among valid choices)::
+
+       φ_i  = c_i M − max(ξ_i, 0),      φ'_i = c_i M − max(−ξ_i, 0)
+
+   When ``C·M ≥ N`` thinning would read more than the data, so stage 2 is the exact
+   delayed-acceptance ratio ``Σ_i ξ_i`` on all rows, a counted fallback.
+
+Why it is exact: kept draws are independent ``B_i ~ Poisson(φ_i)`` and ``φ_i(θ',θ) = φ'_i``,
+so the Poisson ratio supplies the missing ``exp(Σ ξ_i)`` in expectation (ALGORITHMS.md §3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_subsample.indexing import WeightedIndexSampler
+
+__all__ = ["MHSSInfo", "poisson_thinning_log_ratio", "mhss_accept"]
+
+#: Relative rounding level below which a clipped rate is not counted as a bound violation.
+CLIP_TOLERANCE = 1e-9
+
+
+class MHSSInfo(NamedTuple):
+    """What one MHSS acceptance decision did.
+
+    Attributes
+    ----------
+    accepted : bool
+        The move was accepted.
+    accept_stage1 : bool
+        The control-variate screen (stage 1) passed.
+    n_data : int
+        Rows whose likelihood was evaluated (0 when stage 1 rejected).
+    expected_rows : float
+        ``C·M``, the expected number of proposed rows (NaN when stage 1 rejected).
+    full_data_fallback : bool
+        ``C·M ≥ N``: stage 2 used all rows.
+    clipped : int
+        Rates clipped into ``[0, c_i M]`` by more than rounding (a bound violation if > 0).
+    log_alpha2 : float
+        Stage-2 log ratio (0 when stage 2 did not run).
+    """
+
+    accepted: bool
+    accept_stage1: bool
+    n_data: int
+    expected_rows: float
+    full_data_fallback: bool
+    clipped: int
+    log_alpha2: float
+
+
+def poisson_thinning_log_ratio(
+    xi: np.ndarray, c: np.ndarray, bound: float, rng: np.random.Generator
+) -> tuple[float, int, int]:
+    """Thin proposed rows and return ``(log α2, kept, clipped)`` (eqs. (5)–(7), (11)).
+
+    Parameters
+    ----------
+    xi : ndarray
+        Remainders ``ξ_i(θ, θ')`` of the proposed rows (repeats allowed).
+    c : ndarray
+        Their bound constants ``c_i`` (all > 0: rows with ``c_i = 0`` are never proposed).
+    bound : float
+        ``M(θ, θ')``.
+    rng : numpy.random.Generator
+        Source of the thinning uniforms.
+
+    Returns
+    -------
+    log_alpha2 : float
+        ``Σ_kept log(φ'_i / φ_i)``.
+    kept : int
+        Number of kept draws.
+    clipped : int
+        Rates that fell outside ``[0, c_i M]`` by more than :data:`CLIP_TOLERANCE` relative to
+        ``c_i M`` — impossible when the bound holds, so a non-zero count flags a wrong bound.
+    """
+    cm = c * bound
+    phi = cm - np.maximum(xi, 0.0)
+    phi_rev = cm - np.maximum(-xi, 0.0)
+    slack = CLIP_TOLERANCE * cm
+    clipped = int(np.count_nonzero(phi < -slack) + np.count_nonzero(phi_rev < -slack))
+    # rounding in ξ (a difference of differences) can push a rate slightly below 0: clip
+    phi = np.clip(phi, 0.0, cm)
+    phi_rev = np.clip(phi_rev, 0.0, cm)
+    keep = rng.random(xi.size) * cm < phi
+    if not keep.any():
+        return 0.0, 0, clipped
+    with np.errstate(divide="ignore"):
+        log_ratio = float(np.sum(np.log(phi_rev[keep]) - np.log(phi[keep])))
+    return log_ratio, int(keep.sum()), clipped
+
+
+def mhss_accept(
+    log_alpha1: float,
+    bound: float,
+    *,
+    remainder: Callable[[np.ndarray], np.ndarray],
+    row_constants: np.ndarray,
+    sampler: WeightedIndexSampler,
+    full_remainder_sum: Callable[[], float],
+    rng_index: np.random.Generator,
+    rng_accept: np.random.Generator,
+) -> MHSSInfo:
+    """Decide one MHSS move (Algorithm 1) given the stage-1 ratio and the bound ``M``.
+
+    Parameters
+    ----------
+    log_alpha1 : float
+        Stage-1 log ratio (eq. (10)): prior, proposal and ``Σ r̂_i`` terms.
+    bound : float
+        ``M(θ, θ')``, symmetric in its arguments.
+    remainder : callable
+        ``idx -> ξ_i(θ, θ')`` for the rows ``idx`` (touches the data).
+    row_constants : ndarray, shape (N,)
+        ``c_i``.
+    sampler : WeightedIndexSampler
+        Draws rows with probability ``c_i / C``.
+    full_remainder_sum : callable
+        ``() -> Σ_i ξ_i`` over all rows, for the ``C·M ≥ N`` fallback.
+    rng_index, rng_accept : numpy.random.Generator
+        Streams for the index/Poisson draws and for the accept uniforms and thinning.
+    """
+    if not np.log(rng_accept.random()) < log_alpha1:
+        return MHSSInfo(False, False, 0, np.nan, False, 0, 0.0)
+    n_rows = row_constants.size
+    expected = sampler.total * bound
+    if not np.isfinite(expected) or expected >= n_rows:
+        log_alpha2 = float(full_remainder_sum())
+        accepted = bool(np.log(rng_accept.random()) < log_alpha2)
+        return MHSSInfo(accepted, True, n_rows, expected, True, 0, log_alpha2)
+    n_proposed = int(rng_index.poisson(expected))
+    if n_proposed == 0:
+        return MHSSInfo(True, True, 0, expected, False, 0, 0.0)
+    idx = sampler.draw(rng_index, n_proposed)
+    xi = remainder(idx)
+    log_alpha2, _, clipped = poisson_thinning_log_ratio(xi, row_constants[idx], bound, rng_accept)
+    accepted = bool(np.log(rng_accept.random()) < log_alpha2)
+    return MHSSInfo(accepted, True, n_proposed, expected, False, clipped, log_alpha2)
