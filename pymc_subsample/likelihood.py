@@ -329,6 +329,13 @@ class SubsampledLikelihood:
         size = op.size_param(node)
         params = model.replace_rvs_by_values(op.dist_params(node))
         value = model.rvs_to_values[rv]
+        if op.ndim_supp >= value.type.ndim:
+            raise SubsamplingModelError(
+                f"Observed variable '{rv.name}' is a single {type(op).__name__} draw over the "
+                "whole data axis, so its log-likelihood is not a sum over rows. Subsampling "
+                "needs independent rows: give it one draw per row (rows on the first axis), "
+                "or sample with NUTS."
+            )
         leaves = [v for v in ancestors([*params, value]) if _is_data_leaf(v)]
         data = [v for v in leaves if _leaf_value(v).shape[0] == self.n_rows]
         for var in data:
@@ -389,8 +396,9 @@ class SubsampledLikelihood:
         if np.isfinite(ref) and not np.isclose(ours, ref, rtol=1e-8, atol=1e-6 * self.n_rows):
             raise SubsamplingModelError(
                 f"The per-row log-likelihood terms sum to {ours:.6g} but the model's observed "
-                f"log-likelihood is {ref:.6g}: the likelihood is not a sum over rows along the "
-                "first axis (for example, data stored with rows on another axis). Put one row per "
-                "data point on the first axis, or sample with NUTS."
+                f"log-likelihood is {ref:.6g} for the observed variables "
+                f"{[b.name for b in self.blocks]}: the likelihood is not a sum over rows along "
+                "the first axis (for example, data stored with rows on another axis). Put one "
+                "row per data point on the first axis, or sample with NUTS."
             )
 

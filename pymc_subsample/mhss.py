@@ -150,6 +150,9 @@ def mhss_accept(
         return MHSSInfo(True, True, 0, expected, False, 0, 0.0)
     idx = sampler.draw(rng_index, n_proposed)
     xi = remainder(idx)
+    if not np.all(np.isfinite(xi)):
+        # the model's own log-likelihood is -inf (or NaN) at θ' on a touched row: reject
+        return MHSSInfo(False, True, n_proposed, expected, False, 0, -np.inf)
     log_alpha2, _, clipped = poisson_thinning_log_ratio(xi, row_constants[idx], bound, rng_accept)
     accepted = bool(np.log(rng_accept.random()) < log_alpha2)
     return MHSSInfo(accepted, True, n_proposed, expected, False, clipped, log_alpha2)

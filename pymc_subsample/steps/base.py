@@ -175,9 +175,16 @@ class SubsamplingStep(ArrayStepShared):
 
     # ------------------------------------------------------------------ PyMC protocol
     def set_rng(self, rng: RandomGenerator) -> None:
-        """One generator per step, split into independent proposal/index/accept streams."""
+        """Start a chain: one generator split into proposal/index/accept streams, fresh tuning.
+
+        PyMC calls this at the start of every chain, in the sequential and the multiprocess
+        paths alike; only the sequential one also calls :meth:`reset_tuning`, so the tuning
+        state is reset here too, and a reused step behaves the same with ``cores > 1``.
+        """
         self.rng = get_random_generator(rng, copy=False)
         self.rng_proposal, self.rng_index, self.rng_accept = self.rng.spawn(3)
+        self.tune = self._adapt
+        self.reset_tuning()
 
     @property
     def scale(self) -> float:

@@ -135,10 +135,8 @@ class MHSS(SubsamplingStep):
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
 
     def _full_remainder_sum(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
-        cv = self.control_variate
-        return float(
-            sum(cv.remainder(theta, theta_new, chunk).sum() for chunk in self.likelihood.row_chunks())
-        )
+        chunks = self.likelihood.row_chunks()
+        return float(sum(self.control_variate.remainder(theta, theta_new, c).sum() for c in chunks))
 
     def _decide(
         self, theta: np.ndarray, theta_new: np.ndarray, log_rest: float

@@ -1,0 +1,74 @@
+"""Taylor control variates against an independent analytic expansion (logistic regression)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pymc_subsample.control_variates import TaylorControlVariate, validate_cv_order
+from pymc_subsample.likelihood import SubsampledLikelihood
+from tests.conftest import glm_data, glm_model
+
+
+def _logistic_pieces(X, y, theta_hat):
+    eta = X @ theta_hat
+    p = 1 / (1 + np.exp(-eta))
+    return (y - p)[:, None] * X, p * (1 - p)
+
+
+def _loglik(X, y, b):
+    eta = X @ b
+    return y * eta - np.logaddexp(0.0, eta)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    X, y = glm_data(1500, 3, "logistic", seed=5)
+    lik = SubsampledLikelihood(glm_model(X, y, "logistic"))
+    theta_hat = np.array([0.1, -0.3, 0.2])
+    return X, y, lik, theta_hat
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_sums_and_remainders_match_analytic_taylor(setup, order):
+    X, y, lik, theta_hat = setup
+    cv = TaylorControlVariate(lik, theta_hat, order)
+    g, w = _logistic_pieces(X, y, theta_hat)
+    np.testing.assert_allclose(cv.grad_sum, g.sum(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(cv.hess_sum, -(X * w[:, None]).T @ X, rtol=1e-10)
+    rng = np.random.default_rng(order)
+    for _ in range(5):
+        t0 = theta_hat + rng.normal(scale=0.2, size=3)
+        t1 = t0 + rng.normal(scale=0.05, size=3)
+        idx = rng.integers(0, X.shape[0], size=11)
+        r = _loglik(X[idx], y[idx], t1) - _loglik(X[idx], y[idx], t0)
+        r_hat = g[idx] @ (t1 - t0)
+        if order == 2:
+            a, a1 = X[idx] @ (t0 - theta_hat), X[idx] @ (t1 - theta_hat)
+            r_hat += 0.5 * (-w[idx] * a1**2 + w[idx] * a**2)
+        np.testing.assert_allclose(cv.remainder(t0, t1, idx), r - r_hat, rtol=1e-7, atol=1e-13)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_estimate_plus_remainders_is_exact_difference(setup, order):
+    X, y, lik, theta_hat = setup
+    cv = TaylorControlVariate(lik, theta_hat, order)
+    t0, t1 = theta_hat + 0.1, theta_hat - np.array([0.05, 0.2, 0.0])
+    all_rows = np.arange(X.shape[0])
+    exact = (_loglik(X, y, t1) - _loglik(X, y, t0)).sum()
+    total = cv.estimate_sum(t0, t1) + cv.remainder(t0, t1, all_rows).sum()
+    assert total == pytest.approx(exact, rel=1e-9)
+
+
+def test_order_two_is_exact_for_gaussian_linear_model():
+    X, y = glm_data(500, 3, "gaussian", seed=2)
+    lik = SubsampledLikelihood(glm_model(X, y, "gaussian"))
+    cv = TaylorControlVariate(lik, np.zeros(3), 2)
+    xi = cv.remainder(np.ones(3), -np.ones(3), np.arange(500))
+    assert np.max(np.abs(xi)) < 1e-9
+
+
+@pytest.mark.parametrize("bad", [0, 3, None, 1.5, True, "2"])
+def test_invalid_order_is_rejected(bad):
+    with pytest.raises(ValueError, match="cv_order must be 1 or 2"):
+        validate_cv_order(bad)

@@ -1,0 +1,160 @@
+"""Bad input gets a clear error naming the variable and what to do, before any sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_subsample as pms
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.likelihood import SubsampledLikelihood
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(60, 2))
+Y = RNG.binomial(1, 0.5, size=60)
+
+
+def _logistic(X=X, y=Y):
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b, observed=y)
+    return model
+
+
+def test_per_row_latent_variable():
+    with pm.Model() as model:
+        z = pm.Normal("z", 0, 1, shape=60)
+        pm.Normal("y", mu=z, sigma=1, observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match="'z'.*per-row latent.*marginalise"):
+        SubsampledLikelihood(model)
+
+
+def test_imputed_missing_observations():
+    y = RNG.normal(size=60)
+    y[3] = np.nan
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", mu=m, sigma=1, observed=y)
+    with pytest.raises(SubsamplingModelError, match="'y' has missing values.*drop the rows"):
+        SubsampledLikelihood(model)
+
+
+def test_nonfinite_covariates_in_pm_data():
+    Xb = X.copy()
+    Xb[5, 1] = np.inf  # pm.Data itself refuses NaN, but lets inf through
+    with pytest.raises(SubsamplingModelError, match="'X'.*'y'.*NaN or infinite"):
+        SubsampledLikelihood(_logistic(Xb))
+
+
+def test_nonfinite_covariates_in_a_constant_array():
+    Xb = X.copy()
+    Xb[5, 1] = np.nan
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Bernoulli("y", logit_p=Xb @ b, observed=Y)
+    with pytest.raises(SubsamplingModelError, match=r"constant of shape \(60, 2\).*'y'.*NaN"):
+        SubsampledLikelihood(model)
+
+
+def test_infinite_observed_values():
+    y = RNG.normal(size=60)
+    y[0] = np.inf
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", mu=m, sigma=1, observed=y)
+    with pytest.raises(SubsamplingModelError, match="observed values.*'y'.*NaN or infinite"):
+        SubsampledLikelihood(model)
+
+
+def test_discrete_sampled_variable():
+    with pm.Model() as model:
+        k = pm.Poisson("k", 3.0)
+        pm.Normal("y", mu=k, sigma=1, observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match="'k' is discrete.*marginalise"):
+        SubsampledLikelihood(model)
+
+
+def test_observed_variables_of_different_lengths():
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y1", mu=m, sigma=1, observed=RNG.normal(size=60))
+        pm.Normal("y2", mu=m, sigma=1, observed=RNG.normal(size=40))
+    with pytest.raises(SubsamplingModelError, match="different numbers of rows.*'y1': 60"):
+        SubsampledLikelihood(model)
+
+
+def test_empty_data():
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", mu=m, sigma=1, observed=np.zeros(0))
+    with pytest.raises(SubsamplingModelError, match="'y' has no rows"):
+        SubsampledLikelihood(model)
+
+
+def test_likelihood_not_a_sum_over_rows():
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.MvNormal("y", mu=m * np.ones(60), cov=np.eye(60), observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match="'y'.*not a sum over rows"):
+        SubsampledLikelihood(model)
+
+
+def test_potential_on_the_data():
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.Normal("y", mu=m, sigma=1, observed=RNG.normal(size=60))
+        pm.Potential("pen", -((pm.Data("w", RNG.normal(size=60)) - m) ** 2).sum())
+    with pytest.raises(SubsamplingModelError, match="Potential.*'w'"):
+        SubsampledLikelihood(model)
+
+
+def test_no_observed_variables():
+    with pm.Model() as model:
+        pm.Normal("m", 0, 1)
+    with pytest.raises(SubsamplingModelError, match="no observed variables"):
+        SubsampledLikelihood(model)
+
+
+def test_step_must_sample_every_free_variable():
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1)
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("y", mu=a + b, sigma=1, observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match=r"\['b'\] would be left to another step"):
+        SubsampledLikelihood(model, vars=[model.rvs_to_values[a]])
+
+
+@pytest.mark.parametrize("temperature", [0.0, -1.0, np.inf, np.nan])
+def test_non_positive_temperature(temperature):
+    with pytest.raises(ValueError, match="temperature must be a positive"):
+        SubsampledLikelihood(_logistic(), temperature=temperature)
+
+
+@pytest.mark.parametrize("order", [0, 3, None, 1.5])
+def test_mhss_cv_order(order):
+    with _logistic():
+        with pytest.raises(ValueError, match="cv_order must be 1 or 2"):
+            pms.MHSS(cv_order=order)
+
+
+def test_mhss_unsupported_family_names_variable():
+    with pm.Model():
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.StudentT("obs", nu=3, mu=pm.Data("X", X) @ b, sigma=1, observed=RNG.normal(size=60))
+        with pytest.raises(SubsamplingModelError, match="'obs'.*StudentT.*UserBound"):
+            pms.MHSS(cv_order=2)
+
+
+def test_user_bound_of_wrong_length():
+    with _logistic():
+        with pytest.raises(SubsamplingModelError, match=r"one entry per row, shape \(60,\)"):
+            pms.MHSS(cv_order=2, bound=pms.UserBound(np.ones(5)))
+
+
+def test_bad_proposal_cov():
+    with _logistic():
+        with pytest.raises(ValueError, match="positive definite"):
+            pms.MHSS(cv_order=2, proposal_cov=-np.eye(2))
+        with pytest.raises(ValueError, match="2 sampled coordinates"):
+            pms.MHSS(cv_order=2, proposal_cov=np.eye(3))

@@ -1,0 +1,123 @@
+"""Automatic GLM bound detection, and the bound checked on the compiled remainders."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymc_subsample.bounds import derivative_bound, remainder_scale
+from pymc_subsample.control_variates import TaylorControlVariate
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.glm import detect_glm_terms, glm_bound_constants
+from pymc_subsample.likelihood import SubsampledLikelihood
+from tests.conftest import glm_data, glm_model
+
+FAMILY_OF = {
+    "logistic": "bernoulli_logit",
+    "probit": "bernoulli_probit",
+    "poisson": "poisson_softplus",
+    "gaussian": "normal_identity",
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILY_OF))
+@pytest.mark.parametrize("order", [1, 2])
+def test_row_constants_match_formula(family, order):
+    X, y = glm_data(400, 3, family, seed=11)
+    lik = SubsampledLikelihood(glm_model(X, y, family))
+    (term,) = detect_glm_terms(lik)
+    assert term.family == FAMILY_OF[family]
+    consts = glm_bound_constants(lik, np.zeros(3), order)
+    expected = derivative_bound(FAMILY_OF[family], y.astype(float), order, sigma=1.0) * (
+        np.linalg.norm(X, axis=1) ** (order + 1)
+    )
+    # PyMC's invprobit divides by a float32 sqrt(2): its predictor is X·b·(1 + 3e-8)
+    np.testing.assert_allclose(consts, expected, rtol=1e-7)
+
+
+def test_intercept_variable_and_temperature_enter_the_constants():
+    X, y = glm_data(300, 3, "logistic", seed=4)
+    with pm.Model() as model:
+        Xd = pm.Data("X", X[:, 1:])
+        a = pm.Normal("a", 0, 5)
+        b = pm.Normal("b", 0, 5, shape=2)
+        pm.Bernoulli("y", logit_p=a + Xd @ b, observed=y)
+    lik = SubsampledLikelihood(model, temperature=4.0)
+    consts = glm_bound_constants(lik, np.zeros(3), 1)
+    # x_i = (1, X_i): the intercept's coordinate is part of the row's covariate vector
+    np.testing.assert_allclose(consts, 0.25 * np.sum(X**2, axis=1) / 4.0, rtol=1e-9)
+
+
+def test_per_row_known_sigma_normal():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    sd = rng.uniform(0.5, 2.0, size=200)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 5, shape=2)
+        pm.Normal("y", mu=pm.Data("X", X) @ b, sigma=sd, observed=rng.normal(size=200))
+    lik = SubsampledLikelihood(model)
+    consts = glm_bound_constants(lik, np.zeros(2), 1)
+    np.testing.assert_allclose(consts, np.sum(X**2, axis=1) / sd**2, rtol=1e-9)
+    assert np.all(glm_bound_constants(lik, np.zeros(2), 2) == 0.0)
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda Xd, b, y: pm.StudentT("y", nu=4, mu=Xd @ b, sigma=1, observed=y), "StudentT"),
+        (lambda Xd, b, y: pm.Poisson("y", mu=pm.math.exp(Xd @ b), observed=np.abs(y).round()),
+         "softplus"),
+        (lambda Xd, b, y: pm.Bernoulli("y", logit_p=(Xd @ b) ** 3, observed=(y > 0)),
+         "not affine"),
+        (lambda Xd, b, y: pm.Normal("y", mu=Xd @ b, sigma=pm.HalfNormal("s"), observed=y),
+         "sigma is a sampled parameter"),
+    ],
+)
+def test_unsupported_likelihoods_are_named(build, match):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(100, 2))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        build(pm.Data("X", X), b, rng.normal(size=100))
+    lik = SubsampledLikelihood(model)
+    with pytest.raises(SubsamplingModelError, match=match) as info:
+        glm_bound_constants(lik, np.zeros(2), 2)
+    assert "'y'" in str(info.value) and "UserBound" in str(info.value)
+
+
+# ---------------------------------------------------------------- the guard of ALGORITHMS.md §3.4
+_GUARD = {}
+
+
+def _guard_setup(family: str, order: int):
+    key = (family, order)
+    if key not in _GUARD:
+        X, y = glm_data(300, 4, family, seed=21)
+        lik = SubsampledLikelihood(glm_model(X, y, family))
+        theta_hat = np.array([0.2, -0.1, 0.3, 0.05])
+        cv = TaylorControlVariate(lik, theta_hat, order)
+        _GUARD[key] = (cv, glm_bound_constants(lik, theta_hat, order), theta_hat)
+    return _GUARD[key]
+
+
+vectors = st.lists(st.floats(-1, 1), min_size=4, max_size=4).map(np.array)
+
+
+@pytest.mark.parametrize("family", list(FAMILY_OF))
+@pytest.mark.parametrize("order", [1, 2])
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(u=vectors, v=vectors, scale=st.sampled_from([1e-3, 0.05, 0.5, 3.0]))
+def test_compiled_remainders_obey_the_bound(family, order, u, v, scale):
+    """|ξ_i| ≤ c_i·M on every row, with ξ from the model graph (not from formulas)."""
+    cv, consts, theta_hat = _guard_setup(family, order)
+    theta, theta_new = theta_hat + scale * u, theta_hat + scale * v
+    xi = cv.remainder(theta, theta_new, np.arange(consts.size, dtype=np.int64))
+    bound = consts * remainder_scale(theta, theta_new, theta_hat, order)
+    finite = np.isfinite(xi)
+    # PyMC's invprobit computes 1 − Φ(η) by cancellation: its log-likelihood is -inf beyond
+    # |η| ≈ 8.3, where MHSS rejects (the model's density is zero there); elsewhere ξ is finite.
+    assert family == "probit" or finite.all()
+    assert np.all(np.abs(xi[finite]) <= bound[finite] * (1 + 1e-7) + 1e-10)
