@@ -322,9 +322,10 @@ class SubsampledLikelihood:
         if not isinstance(op, RandomVariable):
             raise SubsamplingModelError(
                 f"Observed variable '{rv.name}' uses {type(op).__name__}, which pymc-subsample "
-                "cannot rebuild on a row index (only basic random variables such as Normal, "
-                "Bernoulli, Poisson, StudentT, ... are supported). Rewrite the likelihood with a "
-                "basic distribution, or sample with NUTS."
+                "cannot rebuild on a row index (basic random variables such as Normal, "
+                "Bernoulli, Poisson, StudentT and pm.CustomDist with a logp are supported; "
+                "mixtures, censored and truncated distributions are not yet). Write its per-row "
+                "log density with pm.CustomDist(..., logp=...), or sample with NUTS."
             )
         size = op.size_param(node)
         params = model.replace_rvs_by_values(op.dist_params(node))

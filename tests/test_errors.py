@@ -158,3 +158,12 @@ def test_bad_proposal_cov():
             pms.MHSS(cv_order=2, proposal_cov=-np.eye(2))
         with pytest.raises(ValueError, match="2 sampled coordinates"):
             pms.MHSS(cv_order=2, proposal_cov=np.eye(3))
+
+
+def test_mixture_observed_points_to_customdist():
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        pm.NormalMixture("y", w=[0.5, 0.5], mu=pm.math.stack([m, m + 1]), sigma=1.0,
+                         observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match="'y' uses MixtureRV.*pm.CustomDist"):
+        SubsampledLikelihood(model)
