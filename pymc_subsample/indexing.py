@@ -1,9 +1,10 @@
 """Drawing row indices: weighted draws for MHSS, growing uniform samples without replacement.
 
 Both samplers are pure NumPy and know nothing about PyMC. Their per-call cost depends on how
-many indices are asked for, not on the number of rows ``N`` (up to a ``log N`` factor for the
-weighted sampler's binary search), except for the documented fallback of
-:class:`WithoutReplacementSampler` once more than half the data has been taken.
+many indices are asked for, not on the number of rows ``N``: the weighted sampler serves a
+pre-drawn stream (its ``log N`` binary search runs vectorised, once per block), and
+:class:`WithoutReplacementSampler` has one documented O(N) fallback once more than half the
+data has been taken.
 """
 
 from __future__ import annotations
@@ -16,17 +17,23 @@ __all__ = ["WeightedIndexSampler", "WithoutReplacementSampler"]
 class WeightedIndexSampler:
     """Draw row indices with probability proportional to fixed non-negative weights.
 
-    The cumulative table is built once (O(N)); each draw is a binary search, O(log N), which is
-    what MHSS needs for the proposal counts of Poisson thinning (Prado, Nemeth & Sherlock 2024,
-    Sec. 2, step 2), whose distribution ``c_i / C`` never changes.
+    MHSS needs i.i.d. indices with probability ``c_i / C`` for the proposals of Poisson
+    thinning (Prado, Nemeth & Sherlock 2024, Sec. 2, step 2), a distribution that never
+    changes. The cumulative table is built once (O(N)); indices come from a pre-drawn stream
+    refilled in blocks of ``block_size`` by one vectorised binary search, so an iteration that
+    asks for a few indices costs a slice of the buffer. The stream is tied to the generator
+    object it was drawn from: a new generator (PyMC gives each chain its own) starts a new
+    stream, so results do not depend on how chains are spread over processes.
 
     Parameters
     ----------
     weights : array_like, shape (N,)
         Non-negative finite weights (the MHSS bound constants ``c_i``).
+    block_size : int
+        Indices drawn per refill.
     """
 
-    def __init__(self, weights: np.ndarray) -> None:
+    def __init__(self, weights: np.ndarray, block_size: int = 4096) -> None:
         weights = np.asarray(weights, dtype=np.float64)
         if weights.ndim != 1 or weights.size == 0:
             raise ValueError("weights must be a non-empty 1-d array")
@@ -34,15 +41,29 @@ class WeightedIndexSampler:
             raise ValueError("weights must be finite and non-negative")
         self._cdf = np.cumsum(weights)
         self.total = float(self._cdf[-1])
+        self.block_size = int(block_size)
+        self._rng: np.random.Generator | None = None
+        self._stream = np.empty(0, dtype=np.int64)
+        self._pos = 0
+
+    def _search(self, u: np.ndarray) -> np.ndarray:
+        # side="right" never lands on a zero-weight row: its cdf entry equals its predecessor's.
+        idx = np.searchsorted(self._cdf, u * self.total, side="right")
+        return np.minimum(idx, self._cdf.size - 1).astype(np.int64, copy=False)
 
     def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """Return ``size`` indices drawn i.i.d. with probability ``weights / total``."""
         if size == 0 or self.total == 0.0:
             return np.empty(0, dtype=np.int64)
-        u = rng.random(size) * self.total
-        # side="right" never lands on a zero-weight row: its cdf entry equals its predecessor's.
-        idx = np.searchsorted(self._cdf, u, side="right")
-        return np.minimum(idx, self._cdf.size - 1).astype(np.int64, copy=False)
+        if rng is not self._rng:
+            self._rng, self._stream, self._pos = rng, np.empty(0, dtype=np.int64), 0
+        if self._pos + size > self._stream.size:
+            fresh = self._search(rng.random(max(self.block_size, size)))
+            self._stream = np.concatenate([self._stream[self._pos :], fresh])
+            self._pos = 0
+        out = self._stream[self._pos : self._pos + size]
+        self._pos += size
+        return out
 
 
 class WithoutReplacementSampler:

@@ -202,3 +202,22 @@ class TestWithoutReplacementSampler:
         assert everything.min() >= 0
         assert everything.max() < n_total
         assert not sampler.used_fallback
+
+
+def test_weighted_stream_restarts_with_a_new_generator():
+    """A new generator (a new chain) starts a new stream: earlier use leaves no trace."""
+    weights = np.arange(1.0, 11.0)
+    fresh = WeightedIndexSampler(weights).draw(np.random.default_rng(5), 7)
+    used = WeightedIndexSampler(weights, block_size=16)
+    used.draw(np.random.default_rng(99), 3)  # leaves part of a block in the buffer
+    np.testing.assert_array_equal(used.draw(np.random.default_rng(5), 7), fresh)
+
+
+def test_weighted_stream_spans_block_boundaries():
+    rng = np.random.default_rng(3)
+    sampler = WeightedIndexSampler(np.ones(50), block_size=8)
+    draws = np.concatenate([sampler.draw(rng, k) for k in (5, 5, 20, 1, 9)])
+    reference = WeightedIndexSampler(np.ones(50), block_size=8)
+    assert draws.size == 40 and draws.min() >= 0 and draws.max() < 50
+    # the stream is the generator's uniforms in order, whatever the block boundaries
+    np.testing.assert_array_equal(draws, reference.draw(np.random.default_rng(3), 40))
