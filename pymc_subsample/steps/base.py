@@ -70,6 +70,12 @@ class SubsamplingStep(ArrayStepShared):
         Acceptance rate the scale is tuned toward during PyMC's tuning phase.
     tune : bool
         Adapt the scale during tuning.
+    init : {"laplace", "pymc"}
+        Where each chain starts. ``"laplace"`` (default, when a reference point exists): a draw
+        from the Laplace approximation ``N(θ̂, V)`` (``V`` the proposal covariance), like NUTS's
+        jittered initialisation; PyMC's own initial point is often so far from the posterior
+        of tall data that the first thousands of iterations would read all rows. ``"pymc"``:
+        PyMC's initial point (``initvals``).
     compile_kwargs : dict, optional
         Passed to PyTensor compilation, e.g. ``{"mode": "NUMBA"}``.
     model : pymc.Model, optional
@@ -94,6 +100,7 @@ class SubsamplingStep(ArrayStepShared):
         scaling: float = 1.5,
         target_accept: float | None = None,
         tune: bool = True,
+        init: str = "laplace",
         compile_kwargs: dict | None = None,
         model: pm.Model | None = None,
         rng: RandomGenerator = None,
@@ -105,6 +112,8 @@ class SubsamplingStep(ArrayStepShared):
             cv_order = validate_cv_order(cv_order)
         if not np.isfinite(scaling) or scaling <= 0:
             raise ValueError(f"scaling must be a positive number; got {scaling!r}")
+        if init not in ("laplace", "pymc"):
+            raise ValueError(f'init must be "laplace" or "pymc"; got {init!r}')
         if vars is not None:
             vars = pm.util.get_value_vars_from_user_vars(vars, model)
         self.likelihood = lik = SubsampledLikelihood(
@@ -142,6 +151,8 @@ class SubsamplingStep(ArrayStepShared):
         self._adapt = bool(tune)
         self._cached_theta: np.ndarray | None = None
         self._cached_logp0 = 0.0
+        self.init = init if self.theta_hat is not None else "pymc"
+        self._chain_started = False
         super().__init__(lik.value_vars, {}, blocked=blocked, rng=rng)
         self.set_rng(self.rng)
 
@@ -185,6 +196,7 @@ class SubsamplingStep(ArrayStepShared):
         self.rng_proposal, self.rng_index, self.rng_accept = self.rng.spawn(3)
         self.tune = self._adapt
         self.reset_tuning()
+        self._chain_started = False
 
     @property
     def scale(self) -> float:
@@ -222,6 +234,11 @@ class SubsamplingStep(ArrayStepShared):
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         theta = q0.data
+        if not self._chain_started:
+            self._chain_started = True
+            if self.init == "laplace":
+                z = self.rng_proposal.standard_normal(self.likelihood.dim)
+                theta = self.theta_hat + self.proposal.chol @ z
         theta_new, log_q_ratio = self.proposal.propose(self.rng_proposal, theta)
         logp0_cur = self.logp0(theta)
         logp0_new = self.likelihood.logp0(theta_new)

@@ -114,3 +114,27 @@ def test_competence():
     from pymc.step_methods.compound import Competence
 
     assert pms.MHSS.competence(model.value_vars[0], True) == Competence.COMPATIBLE
+
+
+def test_chains_start_from_the_laplace_approximation_by_default(logistic):
+    model, map_point = logistic
+    with model:
+        laplace = pms.MHSS(cv_order=2, map_point=map_point)
+        pymc_init = pms.MHSS(cv_order=2, map_point=map_point, init="pymc", tune=False,
+                             scaling=0.01)
+        a = pm.sample(5, tune=0, chains=2, step=laplace, random_seed=1, **SAMPLE)
+        b = pm.sample(5, tune=0, chains=2, step=pymc_init, random_seed=1, **SAMPLE)
+    first = a.posterior["b"].values[:, 0]
+    sd = np.sqrt(np.diag(np.linalg.inv(laplace._negative_hessian())))
+    # within a few posterior sds of the MAP, and the chains start apart
+    assert np.all(np.abs(first - map_point["b"]) < 5 * sd)
+    assert not np.allclose(first[0], first[1])
+    # PyMC's initial point is b = 0, hundreds of posterior sds away; tiny steps stay there
+    assert np.all(np.abs(b.posterior["b"].values[:, 0]) < 0.05)
+
+
+def test_invalid_init():
+    X, y = glm_data(50, 2, "logistic")
+    with glm_model(X, y, "logistic"):
+        with pytest.raises(ValueError, match='init must be "laplace" or "pymc"'):
+            pms.MHSS(cv_order=2, init="map")
