@@ -9,9 +9,18 @@
         idata = pm.sample(step=pms.MHSS(cv_order=2))
 """
 
+from pymc_subsample.compare import Comparison, compare
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.likelihood import SubsampledLikelihood
 from pymc_subsample.steps import MHSS, SubsamplingStep, UserBound
 
-__all__ = ["MHSS", "SubsampledLikelihood", "SubsamplingModelError", "SubsamplingStep", "UserBound"]
+__all__ = [
+    "MHSS",
+    "Comparison",
+    "SubsampledLikelihood",
+    "SubsamplingModelError",
+    "SubsamplingStep",
+    "UserBound",
+    "compare",
+]
 __version__ = "0.1.0"

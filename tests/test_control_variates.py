@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from pymc_subsample.control_variates import TaylorControlVariate, validate_cv_order
+from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.likelihood import SubsampledLikelihood
-from tests.conftest import glm_data, glm_model
 
 
 def _logistic_pieces(X, y, theta_hat):

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from pymc_subsample.bounds import derivative_bound, remainder_scale
 from pymc_subsample.control_variates import TaylorControlVariate
+from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.glm import detect_glm_terms, glm_bound_constants
 from pymc_subsample.likelihood import SubsampledLikelihood
-from tests.conftest import glm_data, glm_model
 
 FAMILY_OF = {
     "logistic": "bernoulli_logit",

@@ -7,7 +7,7 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
-from tests.conftest import glm_data, glm_model
+from pymc_subsample.datasets import glm_data, glm_model
 from tests.posterior import SAMPLE, assert_matches, summary
 
 pytestmark = pytest.mark.slow

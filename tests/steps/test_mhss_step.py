@@ -7,8 +7,8 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
+from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.glm import glm_bound_constants
-from tests.conftest import glm_data, glm_model
 
 SAMPLE = dict(progressbar=False, compute_convergence_checks=False)
 
