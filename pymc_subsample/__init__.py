@@ -12,10 +12,11 @@
 from pymc_subsample.compare import Comparison, compare
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.likelihood import SubsampledLikelihood
-from pymc_subsample.steps import MHSS, SubsamplingStep, UserBound
+from pymc_subsample.steps import MHSS, BarkerMinibatch, SubsamplingStep, UserBound
 
 __all__ = [
     "MHSS",
+    "BarkerMinibatch",
     "Comparison",
     "SubsampledLikelihood",
     "SubsamplingModelError",
