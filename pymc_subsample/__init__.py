@@ -12,10 +12,17 @@
 from pymc_subsample.compare import Comparison, compare
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.likelihood import SubsampledLikelihood
-from pymc_subsample.steps import MHSS, BarkerMinibatch, SubsamplingStep, UserBound
+from pymc_subsample.steps import (
+    MHSS,
+    AusterityMH,
+    BarkerMinibatch,
+    SubsamplingStep,
+    UserBound,
+)
 
 __all__ = [
     "MHSS",
+    "AusterityMH",
     "BarkerMinibatch",
     "Comparison",
     "SubsampledLikelihood",
