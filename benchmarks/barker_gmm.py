@@ -56,39 +56,18 @@ import pandas as pd
 import pymc as pm
 from scipy.stats import norm
 
+from pymc_subsample.datasets import GMM_SIGMA_X, gmm_data, gmm_model
 from pymc_subsample.steps.barker import BarkerMinibatch
 
 logging.getLogger("pymc").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore")
 
-SIGMA_X = np.sqrt(2.0)
+SIGMA_X = GMM_SIGMA_X
 SAMPLE = dict(progressbar=False, compute_convergence_checks=False)
 # Seita et al. (2017), Table 1: mean minibatch size, mean ± sd over 10 runs of 3000 samples.
 PAPER = {"BarkerMinibatch": "182.3 ± 11.4", "AusterityMH": "13540.5 ± 1521.4",
          "MHSubLhd": "65758.9 ± 3222.6"}
 MODE_SHARE_MIN = 0.05
-
-
-def gmm_data(n_rows: int, seed: int) -> np.ndarray:
-    """``x ~ ½N(θ1, σx²) + ½N(θ1 + θ2, σx²)`` at the generating value ``θ = (0, 1)``."""
-    rng = np.random.default_rng(seed)
-    first = rng.random(n_rows) < 0.5
-    return np.where(first, rng.normal(0.0, SIGMA_X, n_rows), rng.normal(1.0, SIGMA_X, n_rows))
-
-
-def gmm_model(x: np.ndarray) -> pm.Model:
-    """The mixture with a per-row ``pm.CustomDist`` log density (NormalMixture cannot be split)."""
-
-    def logp(value, t1, t2):
-        a = pm.logp(pm.Normal.dist(t1, SIGMA_X), value)
-        b = pm.logp(pm.Normal.dist(t1 + t2, SIGMA_X), value)
-        return pm.math.logaddexp(a, b) - np.log(2.0)
-
-    with pm.Model() as model:
-        t1 = pm.Normal("t1", 0.0, np.sqrt(10.0))
-        t2 = pm.Normal("t2", 0.0, 1.0)
-        pm.CustomDist("x", t1, t2, logp=logp, observed=x)
-    return model
 
 
 def grid_posterior(x: np.ndarray, temperature: float, bin_width: float = 1e-2):

@@ -28,24 +28,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 
+from pymc_subsample.datasets import GMM_SIGMA_X, gmm_data, gmm_model  # noqa: E402
 from pymc_subsample.steps.barker import BarkerMinibatch  # noqa: E402
 
 N_ROWS = 100_000
 TEMPERATURE = N_ROWS / 100
-SIGMA_X = np.sqrt(2.0)
-
-
-def mixture_model(x: np.ndarray) -> pm.Model:
-    def logp(value, t1, t2):
-        a = pm.logp(pm.Normal.dist(t1, SIGMA_X), value)
-        b = pm.logp(pm.Normal.dist(t1 + t2, SIGMA_X), value)
-        return pm.math.logaddexp(a, b) - np.log(2.0)
-
-    with pm.Model() as model:
-        t1 = pm.Normal("t1", 0.0, np.sqrt(10.0))
-        t2 = pm.Normal("t2", 0.0, 1.0)
-        pm.CustomDist("x", t1, t2, logp=logp, observed=x)
-    return model
+SIGMA_X = GMM_SIGMA_X
 
 
 def main(argv=None) -> None:
@@ -53,12 +41,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default="out", help="directory for the scatter plot")
     args = parser.parse_args(argv)
 
-    rng = np.random.default_rng(0)
-    first = rng.random(N_ROWS) < 0.5
-    x = np.where(first, rng.normal(0.0, SIGMA_X, N_ROWS), rng.normal(1.0, SIGMA_X, N_ROWS))
+    x = gmm_data(N_ROWS, seed=0)
 
     start = time.perf_counter()
-    with mixture_model(x):
+    with gmm_model(x):
         # the paper's fixed random walk, diag(0.15, 0.15), and initial minibatch of 50 rows
         step = BarkerMinibatch(batch_size=50, temperature=TEMPERATURE,
                                proposal_cov=np.diag([0.15, 0.15]), tune=False)

@@ -24,7 +24,7 @@ import numpy as np
 import pymc as pm
 from scipy.special import ndtr
 
-__all__ = ["FAMILIES", "glm_data", "glm_model"]
+__all__ = ["FAMILIES", "GMM_SIGMA_X", "glm_data", "glm_model", "gmm_data", "gmm_model"]
 
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
 FAMILIES = ("logistic", "probit", "poisson", "gaussian")
@@ -99,4 +99,39 @@ def glm_model(
             pm.Poisson("y", mu=pm.math.log1pexp(eta), observed=y)
         else:
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
+    return model
+
+
+#: Component standard deviation of Welling & Teh's mixture (σx² = 2).
+GMM_SIGMA_X = float(np.sqrt(2.0))
+
+
+def gmm_data(n_rows: int, seed: int | None = 0) -> np.ndarray:
+    """Welling & Teh's (2011) mixture at ``θ = (0, 1)``: ``x ~ ½N(θ1, σx²) + ½N(θ1 + θ2, σx²)``.
+
+    The experiment of Seita et al. (2017), Sec. 6.1, with ``σx² = 2``.
+    """
+    rng = np.random.default_rng(seed)
+    first = rng.random(n_rows) < 0.5
+    return np.where(
+        first, rng.normal(0.0, GMM_SIGMA_X, n_rows), rng.normal(1.0, GMM_SIGMA_X, n_rows)
+    )
+
+
+def gmm_model(x: np.ndarray) -> pm.Model:
+    """The mixture's model: ``θ1 ~ N(0, 10)``, ``θ2 ~ N(0, 1)`` and a per-row mixture density.
+
+    The density is a ``pm.CustomDist`` log density (``logaddexp`` of the two components), the
+    form the subsampled likelihood can index by row (``pm.NormalMixture`` cannot be split).
+    """
+
+    def logp(value, t1, t2):
+        a = pm.logp(pm.Normal.dist(t1, GMM_SIGMA_X), value)
+        b = pm.logp(pm.Normal.dist(t1 + t2, GMM_SIGMA_X), value)
+        return pm.math.logaddexp(a, b) - np.log(2.0)
+
+    with pm.Model() as model:
+        t1 = pm.Normal("t1", 0.0, np.sqrt(10.0))
+        t2 = pm.Normal("t2", 0.0, 1.0)
+        pm.CustomDist("x", t1, t2, logp=logp, observed=x)
     return model

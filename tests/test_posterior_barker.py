@@ -13,7 +13,7 @@ import pymc as pm
 import pytest
 from scipy.stats import norm
 
-from pymc_subsample.datasets import glm_data, glm_model
+from pymc_subsample.datasets import GMM_SIGMA_X, glm_data, glm_model, gmm_data, gmm_model
 from pymc_subsample.steps.barker import BarkerMinibatch
 from tests.posterior import SAMPLE, assert_matches, summary
 
@@ -37,27 +37,7 @@ def test_logistic_cv2_temperature_one_matches_nuts():
 
 
 # ---------------------------------------------------------------------- Gaussian mixture
-SIGMA_X = np.sqrt(2.0)
-
-
-def gmm_data(n_rows: int, seed: int) -> np.ndarray:
-    """Welling & Teh (2011) mixture at θ = (0, 1): x ~ ½N(θ1, σx²) + ½N(θ1 + θ2, σx²)."""
-    rng = np.random.default_rng(seed)
-    first = rng.random(n_rows) < 0.5
-    return np.where(first, rng.normal(0.0, SIGMA_X, n_rows), rng.normal(1.0, SIGMA_X, n_rows))
-
-
-def gmm_model(x: np.ndarray) -> pm.Model:
-    def logp(value, t1, t2):
-        a = pm.logp(pm.Normal.dist(t1, SIGMA_X), value)
-        b = pm.logp(pm.Normal.dist(t1 + t2, SIGMA_X), value)
-        return pm.math.logaddexp(a, b) - np.log(2.0)
-
-    with pm.Model() as model:
-        t1 = pm.Normal("t1", 0.0, np.sqrt(10.0))
-        t2 = pm.Normal("t2", 0.0, 1.0)
-        pm.CustomDist("x", t1, t2, logp=logp, observed=x)
-    return model
+SIGMA_X = GMM_SIGMA_X
 
 
 def grid_posterior(x: np.ndarray, temperature: float):

@@ -7,6 +7,7 @@ population is the real model's ``l_i`` (or control-variate remainders) through t
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import pymc as pm
@@ -16,34 +17,13 @@ from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.proposals import LangevinProposal
 from pymc_subsample.steps.austerity import AusterityMH
-
-SAMPLE = dict(progressbar=False, compute_convergence_checks=False)
-N_ROWS = 3000
+from tests.steps.conftest import N_ROWS, SAMPLE
 
 
 @pytest.fixture(scope="module")
-def logistic():
-    X, y = glm_data(N_ROWS, 3, "logistic", seed=7)
-    model = glm_model(X, y, "logistic")
-    with model:
-        map_point = pm.find_MAP(progressbar=False)
-    return model, map_point
-
-
-@pytest.fixture(scope="module")
-def steps(logistic):
-    """One compiled step per configuration, shared by the tests of this module."""
-    model, map_point = logistic
-    cache = {}
-
-    def get(**kwargs):
-        key = tuple(sorted(kwargs.items()))
-        if key not in cache:
-            with model:
-                cache[key] = AusterityMH(map_point=map_point, **kwargs)
-        return cache[key]
-
-    return get
+def steps(step_cache):
+    """One compiled AusterityMH per configuration, shared by the tests of this module."""
+    return partial(step_cache, AusterityMH)
 
 
 # ---------------------------------------------------------------------- stats through pm.sample

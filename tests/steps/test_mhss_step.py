@@ -9,17 +9,7 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.glm import glm_bound_constants
-
-SAMPLE = dict(progressbar=False, compute_convergence_checks=False)
-
-
-@pytest.fixture(scope="module")
-def logistic():
-    X, y = glm_data(3000, 3, "logistic", seed=7)
-    model = glm_model(X, y, "logistic")
-    with model:
-        map_point = pm.find_MAP(progressbar=False)
-    return model, map_point
+from tests.steps.conftest import SAMPLE
 
 
 def test_stats_contract(logistic):
