@@ -22,6 +22,7 @@ from pymc_subsample.austerity import (
     validate_austerity_knobs,
 )
 from pymc_subsample.control_variates import loglik_sums
+from pymc_subsample.errors import positive_int
 from pymc_subsample.indexing import WithoutReplacementSampler
 from pymc_subsample.proposals import LangevinProposal
 from pymc_subsample.steps.base import SubsamplingStep
@@ -35,15 +36,7 @@ _GRADIENTS = ("minibatch", "surrogate")
 def _check_epsilon_and_batch_size(epsilon, batch_size) -> None:
     """The checks that do not need ``N``, run before the (costly) model setup."""
     validate_austerity_knobs(epsilon, 1, 1)  # ε alone: batch 1 of 1 row always passes
-    try:
-        batch_size = operator.index(batch_size)
-    except TypeError:
-        raise TypeError(f"batch_size must be an integer; got {batch_size!r}") from None
-    if batch_size < 1:
-        raise ValueError(
-            f"batch_size must be a positive integer (rows added at each step of the "
-            f"sequential test); got {batch_size}"
-        )
+    positive_int("batch_size", batch_size, "rows added at each step of the sequential test")
 
 
 class AusterityMH(SubsamplingStep):
@@ -327,12 +320,4 @@ class AusterityMH(SubsamplingStep):
 
 
 def _check_gradient_batch_size(value) -> None:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"gradient_batch_size must be an integer; got {value!r}") from None
-    if value < 1:
-        raise ValueError(
-            f"gradient_batch_size must be a positive integer (rows of the SGLD minibatch); "
-            f"got {value}"
-        )
+    positive_int("gradient_batch_size", value, "rows of the SGLD minibatch")

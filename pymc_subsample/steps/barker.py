@@ -16,6 +16,7 @@ import numpy as np
 
 from pymc_subsample.barker import BarkerResult, barker_minibatch_test, validate_barker_knobs
 from pymc_subsample.barker_correction import SIGMA_MAX, load_correction
+from pymc_subsample.errors import positive_int
 from pymc_subsample.steps.base import SubsamplingStep
 
 __all__ = ["BarkerMinibatch"]
@@ -23,15 +24,10 @@ __all__ = ["BarkerMinibatch"]
 
 def _check_cheap_knobs(batch_size, delta, sigma, temperature) -> None:
     """The checks that do not need the model, run before the (costly) base-class setup."""
-    try:
-        batch_size = operator.index(batch_size)
-    except TypeError:
-        raise TypeError(f"batch_size must be an integer; got {batch_size!r}") from None
-    if batch_size <= 0:
-        raise ValueError(
-            f"batch_size must be a positive integer (rows added at each growth step of the "
-            f"test, m in Seita et al. 2017, Algorithm 1); got batch_size={batch_size}"
-        )
+    batch_size = positive_int(
+        "batch_size", batch_size,
+        "rows added at each growth step of the test, m in Seita et al. 2017, Algorithm 1",
+    )
     validate_barker_knobs(batch_size, batch_size, delta)  # batch_size >= 2 and delta in (0, 1)
     try:
         sigma_value = float(sigma)
