@@ -65,7 +65,8 @@ class SubsamplingStep(ArrayStepShared):
         Covariance of the random-walk step, used as given (scale 1, tuned if ``tune``). By
         default the Laplace covariance at ``θ̂`` scaled by ``κ/√d``.
     scaling : float
-        ``κ`` for the Laplace proposal (default 1.5, Prado et al. 2024, Sec. 4.4).
+        ``κ`` for the Laplace proposal (default 1.5, Prado et al. 2024, Sec. 4.4); ignored when
+        ``proposal_cov`` is given.
     target_accept : float, optional
         Acceptance rate the scale is tuned toward during PyMC's tuning phase.
     tune : bool
@@ -81,6 +82,9 @@ class SubsamplingStep(ArrayStepShared):
     model : pymc.Model, optional
     rng : RandomGenerator, optional
         Seed or generator; ``pm.sample(random_seed=...)`` replaces it per chain.
+    blocked, initial_point
+        Accepted for PyMC's step protocol; the step always samples all variables as one block
+        and starts chains as ``init`` says.
     """
 
     name = "subsampling"
