@@ -25,7 +25,7 @@ from pytensor.graph.replace import graph_replace
 
 from pymc_subsample.likelihood import SubsampledLikelihood
 
-__all__ = ["TaylorControlVariate", "loglik_sums", "validate_cv_order"]
+__all__ = ["GenericPass", "TaylorControlVariate", "loglik_sums", "validate_cv_order"]
 
 
 def validate_cv_order(order) -> int:
@@ -38,22 +38,52 @@ def validate_cv_order(order) -> int:
     return int(order)
 
 
+class GenericPass:
+    """Passes over the data for any model: ``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` at ``θ``.
+
+    The Hessian is the vectorised Jacobian of the gradient (autodiff, no scan), compiled once;
+    O(N·d²) per pass. GLMs have a faster pass that also yields the MHSS constants,
+    :class:`pymc_subsample.glm.GLMPass`, with the same :meth:`full` interface.
+
+    Attributes
+    ----------
+    n_passes : int
+        Passes over all N rows made so far.
+    """
+
+    def __init__(self, lik: SubsampledLikelihood) -> None:
+        self.lik = lik
+        total = lik.terms.sum()
+        g = grad(total, lik.theta)
+        h = jacobian(g, lik.theta, vectorize=True)
+        self._fn = lik.compile([lik.theta, lik.idx], [total, g, h])
+        self.n_passes = 0
+
+    def full(self, theta, *, idx_chunks=None, weight=1.0, whiten_rows=None, order=None):
+        """Sums at ``θ`` over all rows (or ``idx_chunks``, times ``weight``).
+
+        ``whiten_rows`` and ``order`` are accepted for the common interface and ignored: row
+        constants come from a bound, not from this pass.
+        """
+        from pymc_subsample.glm import PassResult  # glm imports this module
+
+        lik = self.lik
+        full_data = idx_chunks is None
+        s, gs, hs = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
+        for chunk in lik.row_chunks() if full_data else idx_chunks:
+            ci, gi, hi = self._fn(np.asarray(theta, dtype=np.float64), chunk)
+            s, gs, hs = s + float(ci), gs + gi, hs + hi
+        if full_data:
+            self.n_passes += 1
+        return PassResult(s * weight, gs * weight, 0.5 * (hs + hs.T) * weight)
+
+
 def loglik_sums(
     lik: SubsampledLikelihood, theta: np.ndarray
 ) -> tuple[float, np.ndarray, np.ndarray]:
-    """``Σ_i ℓ_i(θ)``, ``Σ_i ∇ℓ_i(θ)`` and ``Σ_i ∇²ℓ_i(θ)`` in one chunked pass over the data.
-
-    Setup only (O(N·d²)); the Hessian is the Jacobian of the gradient, vectorised (no scan).
-    """
-    total = lik.terms.sum()
-    g = grad(total, lik.theta)
-    h = jacobian(g, lik.theta, vectorize=True)
-    fn = lik.compile([lik.theta, lik.idx], [total, g, h])
-    s, gs, hs = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
-    for chunk in lik.row_chunks():
-        ci, gi, hi = fn(theta, chunk)
-        s, gs, hs = s + float(ci), gs + gi, hs + hi
-    return s, gs, 0.5 * (hs + hs.T)
+    """``Σ_i ℓ_i(θ)``, ``Σ_i ∇ℓ_i(θ)`` and ``Σ_i ∇²ℓ_i(θ)`` in one chunked pass over the data."""
+    res = GenericPass(lik).full(theta)
+    return res.loglik, res.grad, res.hess
 
 
 class TaylorControlVariate:
@@ -67,6 +97,9 @@ class TaylorControlVariate:
         Reference point ``θ̂`` (usually the MAP).
     order : {1, 2}
         Taylor order.
+    sums : tuple, optional
+        ``(Σ ℓ_i(θ̂), Σ ∇ℓ_i(θ̂), Σ ∇²ℓ_i(θ̂))`` when already computed (by the reference fit's
+        last pass); computed in one pass otherwise.
 
     Attributes
     ----------
@@ -78,7 +111,13 @@ class TaylorControlVariate:
         ``H = Σ_i H_i`` (computed for both orders: the Laplace proposal needs it).
     """
 
-    def __init__(self, likelihood: SubsampledLikelihood, theta_hat: np.ndarray, order: int):
+    def __init__(
+        self,
+        likelihood: SubsampledLikelihood,
+        theta_hat: np.ndarray,
+        order: int,
+        sums: tuple[float, np.ndarray, np.ndarray] | None = None,
+    ):
         self.order = validate_cv_order(order)
         self.likelihood = likelihood
         self.theta_hat = np.array(theta_hat, dtype=np.float64)
@@ -86,7 +125,9 @@ class TaylorControlVariate:
             raise ValueError(
                 f"theta_hat must have shape ({likelihood.dim},); got {self.theta_hat.shape}"
             )
-        self.loglik_hat, self.grad_sum, self.hess_sum = loglik_sums(likelihood, self.theta_hat)
+        if sums is None:
+            sums = loglik_sums(likelihood, self.theta_hat)
+        self.loglik_hat, self.grad_sum, self.hess_sum = sums
         self._xi_fn = likelihood.compile(
             [likelihood.theta, likelihood.theta_new, likelihood.idx], self._remainder_graph()
         )

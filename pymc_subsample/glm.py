@@ -14,11 +14,16 @@ identity mean and a fixed ``σ`` (a constant or per-row data, not a sampled para
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
+import pymc as pm
 import pytensor.tensor as pt
+from pymc.distributions.dist_math import normal_lcdf
+from pytensor.gradient import Rop, grad
 from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar.math import Erfc, Sigmoid, Softplus
 from pytensor.tensor.elemwise import Elemwise
@@ -27,9 +32,10 @@ from scipy.special import ndtr
 
 from pymc_subsample.bounds import glm_row_constants
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.frame import LaplaceFrame
 from pymc_subsample.likelihood import SubsampledLikelihood
 
-__all__ = ["GLMTerm", "detect_glm_terms", "glm_bound_constants"]
+__all__ = ["GLMPass", "GLMTerm", "PassResult", "detect_glm_terms", "glm_bound_constants"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,11 @@ class GLMTerm:
         Observed values on the rows ``idx``.
     sigma : Variable or None
         Normal's fixed standard deviation on the rows ``idx`` (broadcast), else ``None``.
+    row_logp_of_eta : Variable
+        The row's log-likelihood ``f(η_i; y_i)`` as a graph of :attr:`eta_input` alone (no
+        parameters): its derivatives in ``η`` are elementwise.
+    eta_input : Variable
+        The free vector standing for ``η`` in :attr:`row_logp_of_eta`.
     """
 
     name: str
@@ -55,6 +66,8 @@ class GLMTerm:
     eta: Variable
     y: Variable
     sigma: Variable | None = None
+    row_logp_of_eta: Variable | None = None
+    eta_input: Variable | None = None
 
 
 def _scalar_op(var: Variable):
@@ -120,8 +133,24 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             raise _unsupported(block.name, f"its family is {type(op).__name__}")
         eta = pt.broadcast_to(eta, (rows,))
         (eta_theta,) = lik.in_theta([eta])
-        terms.append(GLMTerm(block.name, family, eta_theta, block.value, sigma))
+        eta_input = pt.vector(f"{block.name}_eta", dtype="float64")
+        row_logp = _family_logp(family, eta_input, block.value, sigma)
+        terms.append(
+            GLMTerm(block.name, family, eta_theta, block.value, sigma, row_logp, eta_input)
+        )
     return terms
+
+
+def _family_logp(family: str, eta: Variable, y: Variable, sigma: Variable | None) -> Variable:
+    """``f(η; y)``, one entry per row, from PyMC's own distributions (with stable tails)."""
+    if family == "bernoulli_logit":
+        return pm.logp(pm.Bernoulli.dist(logit_p=eta), y)
+    if family == "bernoulli_probit":
+        # log Φ(±η) without the cancellation of 1 − Φ(η)
+        return normal_lcdf(0.0, 1.0, (2.0 * pt.cast(y, "float64") - 1.0) * eta)
+    if family == "poisson_softplus":
+        return pm.logp(pm.Poisson.dist(mu=pt.softplus(eta)), y)
+    return pm.logp(pm.Normal.dist(mu=eta, sigma=sigma), y)
 
 
 def _check_probit(lik: SubsampledLikelihood, name: str, p: Variable, eta: Variable) -> None:
@@ -135,48 +164,180 @@ def _check_probit(lik: SubsampledLikelihood, name: str, p: Variable, eta: Variab
         raise _unsupported(name, "its Bernoulli p contains erfc but is not invprobit(eta)")
 
 
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass over the data returns (everything divided by the temperature).
+
+    Attributes
+    ----------
+    loglik : float
+        ``Σ_i ℓ_i(θ)``.
+    grad : ndarray, shape (d,)
+        ``Σ_i ∇ℓ_i(θ) = Σ_i f'_i x_i``.
+    hess : ndarray, shape (d, d)
+        ``Σ_i ∇²ℓ_i(θ) = Σ_i f''_i x_i x_iᵀ``.
+    row_constants : ndarray, shape (N,) or None
+        MHSS constants ``c_i`` when asked for (see :meth:`GLMPass.full`).
+    """
+
+    loglik: float
+    grad: np.ndarray
+    hess: np.ndarray
+    row_constants: np.ndarray | None = None
+
+
+class GLMPass:
+    """Passes over the data of a GLM model: sums for the MAP and control variates, and ``c_i``.
+
+    One compiled function of ``(θ, θ_probe, idx)`` returns, per chunk of rows and per observed
+    variable, the covariate rows ``x_i = ∂η_i/∂θ`` (autodiff of the affine predictor), the first
+    and second derivatives of the row log-likelihood ``f(η; y_i)`` in ``η``, and ``η`` at a probe
+    point (to check that ``η`` is affine). NumPy's BLAS then forms ``Σ f'_i x_i``,
+    ``Σ f''_i x_i x_iᵀ`` and the whitened norms ``‖Lᵀx_i‖`` of the bound constants
+    (``docs/methods/mhss.md``): O(N·d²) in BLAS products, several times faster than the generic
+    Hessian of :func:`pymc_subsample.control_variates.loglik_sums`, and one pass gives both the
+    sums and the constants. Nothing of size N×d is kept.
+
+    Parameters
+    ----------
+    lik : SubsampledLikelihood
+    terms : list of GLMTerm, optional
+        From :func:`detect_glm_terms` (detected when not given).
+
+    Attributes
+    ----------
+    n_passes : int
+        Passes over all N rows made so far (subsample passes do not count).
+    """
+
+    def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
+        self.lik = lik
+        self.terms = detect_glm_terms(lik) if terms is None else terms
+        theta_probe = lik.theta.type("theta_probe")
+        outputs = [lik.terms.sum()]
+        for term in self.terms:
+            f1 = grad(term.row_logp_of_eta.sum(), term.eta_input)
+            f2 = grad(f1.sum(), term.eta_input)  # elementwise: f'_i depends on η_i alone
+            f1, f2 = graph_replace([f1, f2], {term.eta_input: term.eta}, strict=False)
+            outputs += [
+                _rows_of_affine(term.eta, lik.theta),
+                pt.cast(f1, "float64"),
+                pt.cast(f2, "float64"),
+                pt.cast(term.y, "float64"),
+                lik.at(term.eta, theta_probe) - term.eta,
+            ]
+        self._fn = lik.compile([lik.theta, theta_probe, lik.idx], outputs)
+        self.n_passes = 0
+        self._probe_step = np.random.default_rng(20240611).normal(size=lik.dim)
+
+    def rows(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, list[tuple]]:
+        """Per-row pieces on the rows ``idx``: ``(Σ ℓ_i, [(x, f', f'', y) per variable])``.
+
+        Raises
+        ------
+        SubsamplingModelError
+            If a linear predictor is not affine in the sampled parameters on these rows.
+        """
+        out = self._fn(theta, theta + self._probe_step, idx)
+        pieces = []
+        for j, term in enumerate(self.terms):
+            x, f1, f2, y, probe_diff = out[1 + 5 * j : 6 + 5 * j]
+            x = np.asarray(x).reshape(len(idx), -1)
+            if not np.allclose(probe_diff, x @ self._probe_step, rtol=1e-6, atol=1e-6):
+                raise _unsupported(
+                    term.name, "its linear predictor is not affine in the sampled parameters"
+                )
+            pieces.append((x, f1, f2, y))
+        return float(out[0]), pieces
+
+    def full(
+        self,
+        theta: np.ndarray,
+        *,
+        idx_chunks: Iterable[np.ndarray] | None = None,
+        weight: float = 1.0,
+        whiten_rows: Callable[[np.ndarray], np.ndarray] | None = None,
+        order: int | None = None,
+    ) -> PassResult:
+        """Sums of the log-likelihood and its derivatives at ``θ``, and optionally the ``c_i``.
+
+        Parameters
+        ----------
+        theta : ndarray, shape (d,)
+        idx_chunks : iterable of int64 arrays, optional
+            Rows to pass over: all N rows in chunks by default, or a subsample.
+        weight : float
+            Multiplies every sum (``N/n`` for a subsample of ``n`` rows).
+        whiten_rows : callable, optional
+            ``x ↦ Lᵀx`` row-wise (:meth:`pymc_subsample.frame.LaplaceFrame.whiten_rows`): the
+            constants are then the whitened ``c_i = L_k(y_i)‖Lᵀx_i‖^{k+1}``. Euclidean
+            (``‖x_i‖``, Corollary 2 of Prado et al. 2024) when not given.
+        order : {1, 2}, optional
+            Taylor order of the constants; none are computed when not given.
+        """
+        lik = self.lik
+        theta = np.asarray(theta, dtype=np.float64)
+        full_data = idx_chunks is None
+        total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
+        consts = np.zeros(lik.n_rows) if order is not None else None
+        for chunk in lik.row_chunks() if full_data else idx_chunks:
+            s, pieces = self.rows(theta, chunk)
+            total += s
+            for term, (x, f1, f2, y) in zip(self.terms, pieces, strict=True):
+                g += x.T @ f1
+                h += x.T @ (f2[:, None] * x)
+                if consts is not None:
+                    xt = whiten_rows(x) if whiten_rows is not None else x
+                    consts[chunk] += _row_constants(term.family, order, xt, y, f2)
+        if full_data:
+            self.n_passes += 1
+        # lik.terms is tempered already; f' and f'' come from the untempered family logp
+        k = weight / lik.temperature
+        if consts is not None:
+            consts /= lik.temperature
+        return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
+
+
+def _rows_of_affine(eta: Variable, theta: Variable) -> Variable:
+    """``∂η_i/∂θ`` as an (n, d) matrix: forward-mode derivatives along the d unit vectors.
+
+    (Reverse mode would build an n×n identity; forward mode batched over the basis is one
+    product with the data.)
+    """
+    direction = theta.type("direction")
+    along = Rop(eta, theta, direction, use_op_rop_implementation=False)
+    basis = pt.eye(theta.type.shape[0], dtype="float64")
+    return vectorize_graph(along, {direction: basis}).T
+
+
+def _row_constants(
+    family: str, order: int, xt: np.ndarray, y: np.ndarray, f2: np.ndarray
+) -> np.ndarray:
+    norm = np.sqrt(np.einsum("ij,ij->i", xt, xt))
+    if family == "normal_identity":
+        # f'' = −1/σ_i² exactly (known per-row σ) and f''' = 0
+        return np.abs(f2) * norm**2 if order == 1 else np.zeros_like(norm)
+    return glm_row_constants(norm, y, family, order)
+
+
 def glm_bound_constants(
-    lik: SubsampledLikelihood, theta_hat: np.ndarray, order: int, terms: list[GLMTerm] | None = None
+    lik: SubsampledLikelihood,
+    theta_hat: np.ndarray,
+    order: int,
+    terms: list[GLMTerm] | None = None,
+    frame: LaplaceFrame | None = None,
 ) -> np.ndarray:
     """Row constants ``c_i`` (already divided by the temperature) for all N rows.
 
-    ``‖x_i‖`` is read off an affine ``η`` as ``η(θ̂ + e_k) − η(θ̂)`` for each coordinate ``k``
-    (ALGORITHMS.md §3.1); affinity is checked at a random point on every row. One O(N·d) pass
-    in chunks; nothing of size N×d is kept.
+    ``c_i = L_k(y_i)·‖x_i‖^{k+1}`` (Corollary 2 of Prado et al. 2024), or, given a Laplace
+    frame, the whitened ``L_k(y_i)·‖Lᵀx_i‖^{k+1}``, to be used with ``M`` computed from
+    whitened points (``docs/methods/mhss.md``). One chunked pass over the data.
 
     Raises
     ------
     SubsamplingModelError
-        If a linear predictor is not affine in ``θ``.
+        If a linear predictor is not affine in ``θ``, or the family has no bound.
     """
-    terms = detect_glm_terms(lik) if terms is None else terms
-    fn = lik.compile(
-        [lik.theta, lik.idx],
-        [out for t in terms for out in (t.eta, t.y, t.sigma if t.sigma is not None else t.eta)],
-    )
-    theta_hat = np.asarray(theta_hat, dtype=np.float64)
-    rng = np.random.default_rng(20240611)
-    theta_probe = theta_hat + rng.normal(size=theta_hat.shape)
-    basis = np.eye(lik.dim)
-    consts = np.zeros(lik.n_rows)
-    for chunk in lik.row_chunks():
-        at_hat = fn(theta_hat, chunk)
-        cols = [fn(theta_hat + basis[k], chunk) for k in range(lik.dim)]
-        at_probe = fn(theta_probe, chunk)
-        for j, term in enumerate(terms):
-            eta0, y, sd = at_hat[3 * j], at_hat[3 * j + 1], at_hat[3 * j + 2]
-            x = np.stack([c[3 * j] - eta0 for c in cols], axis=1)
-            predicted = eta0 + x @ (theta_probe - theta_hat)
-            if not np.allclose(at_probe[3 * j], predicted, rtol=1e-6, atol=1e-6):
-                raise _unsupported(
-                    term.name, "its linear predictor is not affine in the sampled parameters"
-                )
-            x_norm = np.linalg.norm(x, axis=1)
-            y = np.asarray(y, dtype=np.float64)
-            if term.family == "normal_identity":
-                # per-row known sigma: c_i = L(σ_i)·‖x_i‖^(k+1), with L(σ) = 1/σ² or 0
-                unit = glm_row_constants(x_norm, y, term.family, order, sigma=1.0)
-                consts[chunk] += unit / np.asarray(sd, dtype=np.float64) ** 2
-            else:
-                consts[chunk] += glm_row_constants(x_norm, y, term.family, order)
-    return consts / lik.temperature
+    glm_pass = GLMPass(lik, terms)
+    whiten = frame.whiten_rows if frame is not None else None
+    return glm_pass.full(theta_hat, whiten_rows=whiten, order=order).row_constants

@@ -1,81 +1,187 @@
-"""Proposals shared by the step methods: the Laplace random walk and a Langevin proposal.
+r"""Proposals shared by every step, in the whitened coordinates of the Laplace frame.
 
-The default is the Laplace random walk of Prado, Nemeth & Sherlock (2024), eq. (19):
-``θ' = θ + (κ/√d)·chol(V)·z`` with ``V = (−∇² log π(θ̂))⁻¹`` (priors included) and
-``z ~ N(0, I)``. It is symmetric, so the proposal terms of every acceptance test vanish.
+All proposals move ``φ = L⁻¹(θ − θ̂)`` (:mod:`pymc_subsample.frame`), in which the Laplace
+approximation is ``g = N(0, I)``; the steps map ``φ'`` back to ``θ'``. Each returns ``φ'`` and
+``log q(φ|φ') − log q(φ'|φ)``, which enters every acceptance test as part of its
+``log α`` (the Jacobian of the affine map cancels). The maths is in ``docs/methods/proposals.md``.
 
-:class:`LangevinProposal` adds a drift along a gradient estimate (MALA, or SGLD when the
-estimate uses a minibatch; Korattikara, Chen & Welling 2014, Sec. 5.4). It is asymmetric and
-returns the ``log q`` ratio the acceptance test needs.
+- :class:`RandomWalkProposal`: ``φ' = φ + s·A z`` (``A = I`` for the Laplace frame, so in ``θ``
+  it is the Laplace random walk ``θ' = θ + (κ/√d)·L z`` of Prado, Nemeth & Sherlock 2024,
+  eq. (19)); symmetric.
+- :class:`PCNProposal`: preconditioned Crank–Nicolson, ``φ' = ρφ + √(1 − ρ²) z`` (Cornish et
+  al. 2019, Sec. 3.2). Reversible with respect to ``g``, so the q-ratio is
+  ``log g(φ) − log g(φ') = ½‖φ'‖² − ½‖φ‖²``. ``ρ → 1`` is a small random walk, ``ρ = 0`` the
+  independence sampler.
+- :class:`IndependenceProposal`: ``φ' ~ N(0, s²I)`` or a multivariate t with ``df`` degrees of
+  freedom and scale ``s``; q-ratio ``log g_s(φ) − log g_s(φ')``.
+- :class:`LangevinProposal`: a drift along a gradient estimate (MALA, or SGLD with a minibatch
+  gradient; Korattikara, Chen & Welling 2014, Sec. 5.4).
+
+Each proposal has one tuned parameter, :attr:`parameter` (``κ``, ``ρ`` or ``s``), and the grid
+:attr:`candidates` that :class:`pymc_subsample.tuning.ESJDTuner` chooses from during tuning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import scipy.linalg
 
-__all__ = ["LangevinProposal", "RandomWalkProposal", "laplace_covariance"]
+__all__ = [
+    "PROPOSALS",
+    "IndependenceProposal",
+    "LangevinProposal",
+    "PCNProposal",
+    "RandomWalkProposal",
+    "cholesky_factor",
+    "make_proposal",
+]
 
-#: ``draw_gradient(rng)`` returns one gradient function ``θ ↦ ĝ(θ)`` for one proposal.
+#: Names accepted by the steps' ``proposal=`` argument.
+PROPOSALS = ("pcn", "independence", "random_walk")
+
+#: ``draw_gradient(rng)`` returns one gradient function ``φ ↦ ĝ(φ)`` for one proposal.
 GradientDraw = Callable[[np.random.Generator], Callable[[np.ndarray], np.ndarray]]
 
 
-def laplace_covariance(neg_hessian: np.ndarray) -> np.ndarray:
-    """``V = (−∇² log π(θ̂))⁻¹``, the Laplace approximation's covariance.
-
-    Raises
-    ------
-    ValueError
-        If ``−∇² log π(θ̂)`` is not positive definite (``θ̂`` is not a mode, or the posterior is
-        improper in some direction); the message says what to do.
-    """
-    neg_hessian = 0.5 * (neg_hessian + neg_hessian.T)
+def cholesky_factor(cov: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of a proposal covariance, or a clear ``ValueError``."""
+    cov = np.atleast_2d(np.asarray(cov, dtype=np.float64))
+    if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
+        raise ValueError(f"proposal_cov must be a square matrix; got shape {cov.shape}")
+    if not np.all(np.isfinite(cov)):
+        raise ValueError("proposal_cov contains NaN or infinite entries")
     try:
-        chol = scipy.linalg.cholesky(neg_hessian, lower=True)
+        return scipy.linalg.cholesky(0.5 * (cov + cov.T), lower=True)
     except scipy.linalg.LinAlgError:
-        eig = np.linalg.eigvalsh(neg_hessian)
-        raise ValueError(
-            "The negative Hessian of the log posterior at the reference point is not positive "
-            f"definite (smallest eigenvalue {eig.min():.3g}), so there is no Laplace covariance. "
-            "Check that map_point is a mode (pm.find_MAP()), give the parameters proper priors, "
-            "or pass proposal_cov= explicitly."
-        ) from None
-    identity = np.eye(neg_hessian.shape[0])
-    inv_chol = scipy.linalg.solve_triangular(chol, identity, lower=True)
-    return inv_chol.T @ inv_chol
+        raise ValueError("proposal_cov must be symmetric positive definite") from None
 
 
 class RandomWalkProposal:
-    """Gaussian random walk ``θ' = θ + s·L·z`` with ``L Lᵀ = cov`` and a tunable scale ``s``.
+    """Gaussian random walk ``φ' = φ + s·A z`` with ``A Aᵀ = cov``; ``s = κ·base``.
 
     Parameters
     ----------
     cov : ndarray, shape (d, d)
-        Covariance of ``L z``.
+        Covariance of ``A z`` (the identity in the Laplace frame).
     scale : float
-        Initial ``s`` (``κ/√d`` for the Laplace covariance, 1 for a user covariance).
+        Initial ``s``.
+    base : float
+        ``s`` per unit of the reported parameter ``κ`` (``1/√d`` for the Laplace frame, so that
+        ``κ`` is the scaling of Prado et al. 2024, Sec. 4.4; 1 for a user covariance).
     """
 
     symmetric = True
+    candidates: Sequence[float] = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
 
-    def __init__(self, cov: np.ndarray, scale: float) -> None:
-        cov = np.atleast_2d(np.asarray(cov, dtype=np.float64))
-        if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
-            raise ValueError(f"proposal_cov must be a square matrix; got shape {cov.shape}")
-        if not np.all(np.isfinite(cov)):
-            raise ValueError("proposal_cov contains NaN or infinite entries")
-        try:
-            self.chol = scipy.linalg.cholesky(0.5 * (cov + cov.T), lower=True)
-        except scipy.linalg.LinAlgError:
-            raise ValueError("proposal_cov must be symmetric positive definite") from None
-        self.dim = cov.shape[0]
-        self.scale = float(scale)
+    def __init__(self, cov: np.ndarray, scale: float, base: float = 1.0) -> None:
+        self.chol = cholesky_factor(cov)
+        self.dim = self.chol.shape[0]
+        self.base = float(base)
+        self.parameter = float(scale) / self.base
 
-    def propose(self, rng: np.random.Generator, theta: np.ndarray) -> tuple[np.ndarray, float]:
-        """Return ``θ'`` and ``log q(θ|θ') − log q(θ'|θ)`` (0: the walk is symmetric)."""
-        return theta + self.scale * (self.chol @ rng.standard_normal(self.dim)), 0.0
+    @property
+    def parameter(self) -> float:
+        """``κ = s / base``."""
+        return self.scale / self.base
+
+    @parameter.setter
+    def parameter(self, value: float) -> None:
+        value = float(value)
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"scaling must be a positive number; got {value!r}")
+        self.scale = value * self.base
+
+    def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
+        """Return ``φ'`` and the log q-ratio (0: the walk is symmetric)."""
+        return phi + self.scale * (self.chol @ rng.standard_normal(self.dim)), 0.0
+
+
+class PCNProposal:
+    """Preconditioned Crank–Nicolson ``φ' = ρφ + √(1 − ρ²) z`` around the Laplace frame.
+
+    Parameters
+    ----------
+    dim : int
+    rho : float
+        Autocorrelation ``ρ ∈ [0, 1)``.
+    """
+
+    symmetric = False
+    candidates: Sequence[float] = (0.0, 0.3, 0.5, 0.7, 0.85, 0.93, 0.97)
+
+    def __init__(self, dim: int, rho: float = 0.5) -> None:
+        self.dim = int(dim)
+        self.parameter = rho
+
+    @property
+    def parameter(self) -> float:
+        """``ρ``."""
+        return self.rho
+
+    @parameter.setter
+    def parameter(self, value: float) -> None:
+        value = float(value)
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"the pCN autocorrelation rho must be in [0, 1); got {value!r}")
+        self.rho = value
+
+    def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
+        """Return ``φ'`` and ``log g(φ) − log g(φ') = ½(‖φ'‖² − ‖φ‖²)``."""
+        z = rng.standard_normal(self.dim)
+        phi_new = self.rho * phi + np.sqrt(1.0 - self.rho**2) * z
+        return phi_new, 0.5 * float(phi_new @ phi_new - phi @ phi)
+
+
+class IndependenceProposal:
+    """Independence sampler ``φ' ~ N(0, s²I)``, or a multivariate t with ``df`` and scale ``s``.
+
+    Parameters
+    ----------
+    dim : int
+    scale : float
+        ``s > 0`` (1: the Laplace approximation itself).
+    df : float, optional
+        Degrees of freedom of a multivariate t (heavier tails, safer for skewed posteriors).
+    """
+
+    symmetric = False
+    candidates: Sequence[float] = (0.9, 1.0, 1.1, 1.25, 1.5)
+
+    def __init__(self, dim: int, scale: float = 1.0, df: float | None = None) -> None:
+        self.dim = int(dim)
+        if df is not None and not (np.isfinite(df) and df > 0):
+            raise ValueError(f"df must be a positive number or None; got {df!r}")
+        self.df = None if df is None else float(df)
+        self.parameter = scale
+
+    @property
+    def parameter(self) -> float:
+        """``s``."""
+        return self.scale
+
+    @parameter.setter
+    def parameter(self, value: float) -> None:
+        value = float(value)
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"the independence proposal's scale must be positive; got {value!r}")
+        self.scale = value
+
+    def log_density(self, phi: np.ndarray) -> float:
+        """``log g_s(φ)`` up to a constant that does not depend on ``φ``."""
+        r2 = float(phi @ phi) / self.scale**2
+        if self.df is None:
+            return -0.5 * r2
+        return -0.5 * (self.df + self.dim) * np.log1p(r2 / self.df)
+
+    def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
+        """Return ``φ'`` and ``log g_s(φ) − log g_s(φ')``."""
+        z = rng.standard_normal(self.dim)
+        if self.df is not None:
+            z = z / np.sqrt(rng.chisquare(self.df) / self.df)
+        phi_new = self.scale * z
+        return phi_new, self.log_density(phi) - self.log_density(phi_new)
 
 
 class LangevinProposal(RandomWalkProposal):
@@ -83,19 +189,20 @@ class LangevinProposal(RandomWalkProposal):
 
     .. math::
 
-        θ' = θ + \tfrac{s^2}{2} V \hat g(θ) + s L z,\qquad V = L L^\top,\ z \sim N(0, I)
+        φ' = φ + \tfrac{s^2}{2} V \hat g(φ) + s A z,\qquad V = A A^\top,\ z \sim N(0, I)
 
     (Welling & Teh 2011; Korattikara, Chen & Welling 2014, Sec. 5.4, Eq. 13 with ``α = s²`` and
-    preconditioner ``V``). ``ĝ`` estimates ``∇ log π``. Each call first draws one gradient
-    function ``ĝ = draw_gradient(rng)``, independently of ``θ`` (for SGLD: a fresh minibatch),
-    and uses that same function for the forward and the reverse move. Each fixed ``ĝ`` gives a
-    proposal kernel ``q(·|θ, ĝ)`` whose MH correction is computable, so the MH test with
+    preconditioner ``V``; in the Laplace frame ``V = I``). ``ĝ`` estimates the gradient of the
+    log posterior in the proposal's coordinates. Each call first draws one gradient function
+    ``ĝ = draw_gradient(rng)``, independently of ``φ`` (for SGLD: a fresh minibatch), and uses
+    that same function for the forward and the reverse move. Each fixed ``ĝ`` gives a proposal
+    kernel ``q(·|φ, ĝ)`` whose MH correction is computable, so the MH test with
 
     .. math::
 
-        \log q(θ|θ', \hat g) - \log q(θ'|θ, \hat g) = \tfrac12\lVert z\rVert^2
-        - \tfrac12\lVert w\rVert^2,\qquad w = -z - \tfrac{s}{2} L^\top\big(\hat g(θ)
-        + \hat g(θ')\big)
+        \log q(φ|φ', \hat g) - \log q(φ'|φ, \hat g) = \tfrac12\lVert z\rVert^2
+        - \tfrac12\lVert w\rVert^2,\qquad w = -z - \tfrac{s}{2} A^\top\big(\hat g(φ)
+        + \hat g(φ')\big)
 
     satisfies detailed balance for every ``ĝ``, hence also for their mixture (paper, Eq. 14).
     Re-drawing the minibatch for the reverse move would break this: the reverse density would
@@ -104,48 +211,94 @@ class LangevinProposal(RandomWalkProposal):
     Parameters
     ----------
     cov : ndarray, shape (d, d)
-        Preconditioner ``V`` (the Laplace covariance by default in the steps).
+        Preconditioner ``V``.
     scale : float
         ``s``; the step's tuning adapts it.
     draw_gradient : callable
-        ``draw_gradient(rng) -> grad`` with ``grad(θ) -> ndarray of shape (d,)``. Called once per
-        proposal with the proposal's generator; ``grad`` is evaluated at ``θ`` and ``θ'``.
+        ``draw_gradient(rng) -> grad`` with ``grad(φ) -> ndarray of shape (d,)``. Called once per
+        proposal with the proposal's generator; ``grad`` is evaluated at ``φ`` and ``φ'``.
+    base : float
+        As for :class:`RandomWalkProposal`.
 
     Notes
     -----
     Cost per proposal: two evaluations of ``ĝ`` plus O(d²) linear algebra. A non-finite
-    gradient at ``θ'`` gives a ``-inf`` log ratio, i.e. a certain rejection.
+    gradient at ``φ'`` gives a ``-inf`` log ratio, i.e. a certain rejection.
     """
 
     symmetric = False
 
-    def __init__(self, cov: np.ndarray, scale: float, draw_gradient: GradientDraw) -> None:
-        super().__init__(cov, scale)
+    def __init__(
+        self, cov: np.ndarray, scale: float, draw_gradient: GradientDraw, base: float = 1.0
+    ) -> None:
+        super().__init__(cov, scale, base)
         if not callable(draw_gradient):
-            raise TypeError("draw_gradient must be callable: rng -> (theta -> gradient)")
+            raise TypeError("draw_gradient must be callable: rng -> (phi -> gradient)")
         self.draw_gradient = draw_gradient
 
     def drift(self, grad_value: np.ndarray) -> np.ndarray:
         """``(s²/2)·V·g``."""
         return 0.5 * self.scale**2 * (self.chol @ (self.chol.T @ grad_value))
 
-    def propose(self, rng: np.random.Generator, theta: np.ndarray) -> tuple[np.ndarray, float]:
-        """Return ``θ'`` and ``log q(θ|θ', ĝ) − log q(θ'|θ, ĝ)`` for one drawn ``ĝ``."""
+    def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
+        """Return ``φ'`` and ``log q(φ|φ', ĝ) − log q(φ'|φ, ĝ)`` for one drawn ``ĝ``."""
         grad_fn = self.draw_gradient(rng)
-        g = np.asarray(grad_fn(theta), dtype=np.float64)
+        g = np.asarray(grad_fn(phi), dtype=np.float64)
         if g.shape != (self.dim,):
             raise ValueError(f"the gradient has shape {g.shape}; expected ({self.dim},)")
         z = rng.standard_normal(self.dim)
-        theta_new = theta + self.drift(g) + self.scale * (self.chol @ z)
-        g_new = np.asarray(grad_fn(theta_new), dtype=np.float64)
+        phi_new = phi + self.drift(g) + self.scale * (self.chol @ z)
+        g_new = np.asarray(grad_fn(phi_new), dtype=np.float64)
         if not (np.all(np.isfinite(g)) and np.all(np.isfinite(g_new))):
-            return theta_new, -np.inf
+            return phi_new, -np.inf
         w = -z - 0.5 * self.scale * (self.chol.T @ (g + g_new))
-        return theta_new, 0.5 * float(z @ z - w @ w)
+        return phi_new, 0.5 * float(z @ z - w @ w)
 
-    def log_density(self, theta_to: np.ndarray, theta_from: np.ndarray,
+    def log_density(self, phi_to: np.ndarray, phi_from: np.ndarray,
                     grad_from: np.ndarray) -> float:
-        """``log q(θ_to | θ_from, ĝ)`` up to a constant, given ``ĝ(θ_from)`` (for checks)."""
-        resid = theta_to - theta_from - self.drift(grad_from)
+        """``log q(φ_to | φ_from, ĝ)`` up to a constant, given ``ĝ(φ_from)`` (for checks)."""
+        resid = phi_to - phi_from - self.drift(grad_from)
         w = scipy.linalg.solve_triangular(self.chol, resid / self.scale, lower=True)
         return -0.5 * float(w @ w)
+
+
+def make_proposal(
+    kind: str,
+    dim: int,
+    *,
+    cov: np.ndarray | None = None,
+    parameter: float | None = None,
+    df: float | None = None,
+):
+    """Build the proposal named ``kind`` (one of :data:`PROPOSALS`) in whitened coordinates.
+
+    Parameters
+    ----------
+    kind : {"pcn", "independence", "random_walk"}
+    dim : int
+    cov : ndarray, optional
+        Random walk only: a covariance in whitened coordinates (a user's ``proposal_cov``
+        mapped into the frame), used with base scale 1; the identity with base ``1/√d`` if
+        not given.
+    parameter : float, optional
+        Initial ``κ``, ``ρ`` or ``s`` (defaults 1.5, 0.5, 1.0).
+    df : float, optional
+        Independence proposal only: multivariate t degrees of freedom.
+    """
+    if kind not in PROPOSALS:
+        raise ValueError(f"proposal must be one of {PROPOSALS}; got {kind!r}")
+    if df is not None and kind != "independence":
+        raise ValueError("df only applies to proposal='independence'")
+    if cov is not None and kind != "random_walk":
+        raise ValueError(
+            "proposal_cov only applies to proposal='random_walk'; the pCN and independence "
+            "proposals use the Laplace approximation"
+        )
+    if kind == "pcn":
+        return PCNProposal(dim, 0.5 if parameter is None else parameter)
+    if kind == "independence":
+        return IndependenceProposal(dim, 1.0 if parameter is None else parameter, df)
+    base = 1.0 if cov is not None else 1.0 / np.sqrt(dim)
+    kappa = (1.0 if cov is not None else 1.5) if parameter is None else parameter
+    return RandomWalkProposal(np.eye(dim) if cov is None else cov, kappa * base, base)
+

@@ -1,10 +1,10 @@
-"""Adapting the random-walk scale toward a target acceptance rate during PyMC's tuning phase."""
+"""Tuning a proposal in PyMC's tuning phase: jump distance per cost, or an acceptance rate."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ScaleAdapter"]
+__all__ = ["ESJDTuner", "ScaleAdapter"]
 
 
 class ScaleAdapter:
@@ -42,3 +42,63 @@ class ScaleAdapter:
     def reset(self) -> None:
         """Start adapting afresh (a new chain)."""
         self.iteration = 0
+
+
+class ESJDTuner:
+    """Choose a proposal's parameter by expected squared jump distance per unit of cost.
+
+    During PyMC's tuning phase the step cycles through :attr:`candidates` (one per
+    iteration, in turn) and records, per candidate, the squared jump ``‖φ' − φ‖²`` of accepted
+    moves in the whitened metric and the cost ``1 + rows / row_cost``: one unit of fixed
+    per-iteration overhead plus the rows read, ``row_cost`` rows costing as much as that
+    overhead. When tuning stops the candidate with the largest ``Σ jump² / Σ cost`` is frozen
+    (adapting after tuning would break exactness). Cycling keeps every iteration a valid MH
+    move of one fixed kernel; the tuning draws are discarded anyway. The cost is counted, not
+    timed, so the same seed gives the same choice on any machine.
+
+    Parameters
+    ----------
+    candidates : sequence of float
+        Values of the proposal's parameter to try.
+    row_cost : float
+        Rows per unit of fixed per-iteration cost.
+    """
+
+    def __init__(self, candidates, row_cost: float = 50.0) -> None:
+        self.candidates = np.asarray(candidates, dtype=np.float64)
+        if self.candidates.ndim != 1 or self.candidates.size == 0:
+            raise ValueError("candidates must be a non-empty sequence")
+        self.row_cost = float(row_cost)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was measured (a new chain)."""
+        self.iteration = 0
+        self.jumps = np.zeros(self.candidates.size)
+        self.costs = np.zeros(self.candidates.size)
+
+    def current(self) -> float:
+        """The candidate to use at this tuning iteration."""
+        return float(self.candidates[self.iteration % self.candidates.size])
+
+    def record(self, jump_sq: float, rows: float) -> None:
+        """Record the iteration just made with :meth:`current` (``jump_sq`` 0 if rejected)."""
+        k = self.iteration % self.candidates.size
+        if np.isfinite(jump_sq):
+            self.jumps[k] += jump_sq
+        self.costs[k] += 1.0 + rows / self.row_cost
+        self.iteration += 1
+
+    def efficiency(self) -> np.ndarray:
+        """``Σ jump² / Σ cost`` per candidate (NaN where untried)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.costs > 0, self.jumps / self.costs, np.nan)
+
+    def best(self, default: float) -> float:
+        """The candidate with the best efficiency, or ``default`` if nothing was recorded.
+
+        Every candidate must have been tried at least a few times; otherwise ``default``.
+        """
+        if self.iteration < 3 * self.candidates.size:
+            return float(default)
+        return float(self.candidates[int(np.nanargmax(self.efficiency()))])

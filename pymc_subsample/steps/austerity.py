@@ -21,15 +21,15 @@ from pymc_subsample.austerity import (
     sequential_mh_test,
     validate_austerity_knobs,
 )
-from pymc_subsample.control_variates import loglik_sums
 from pymc_subsample.errors import positive_int
 from pymc_subsample.indexing import WithoutReplacementSampler
 from pymc_subsample.proposals import LangevinProposal
+from pymc_subsample.reference import fit_reference
 from pymc_subsample.steps.base import SubsamplingStep
 
 __all__ = ["AusterityMH"]
 
-_PROPOSALS = ("random_walk", "langevin")
+_PROPOSALS = ("random_walk", "langevin", "pcn", "independence")
 _GRADIENTS = ("minibatch", "surrogate")
 
 
@@ -204,13 +204,20 @@ class AusterityMH(SubsamplingStep):
             raise ValueError(
                 "langevin_gradient and gradient_batch_size only apply to proposal='langevin'"
             )
-        super().__init__(vars, cv_order=cv_order, temperature=temperature, **kwargs)
+        super().__init__(
+            vars,
+            cv_order=cv_order,
+            temperature=temperature,
+            proposal="random_walk" if proposal == "langevin" else proposal,
+            **kwargs,
+        )
         self.epsilon, self.batch_size, _ = validate_austerity_knobs(
             epsilon, batch_size, self.n_rows
         )
         self.proposal_kind = proposal
         self.langevin_gradient = langevin_gradient if proposal == "langevin" else None
         self.proposal_rows = 0
+        self.gradient_draw = None
         if proposal == "langevin":
             if langevin_gradient == "minibatch":
                 gradient_batch_size = operator.index(gradient_batch_size)
@@ -223,10 +230,24 @@ class AusterityMH(SubsamplingStep):
                 self.proposal_rows = gradient_batch_size
             else:
                 draw = self._surrogate_gradient(kwargs.get("map_point"))
+            self.gradient_draw = draw  # in θ; the proposal gets it in the whitened frame
             walk = self.proposal
-            self.proposal = LangevinProposal(walk.chol @ walk.chol.T, walk.scale, draw)
+            self.proposal = LangevinProposal(
+                walk.chol @ walk.chol.T, walk.scale, self._in_frame(draw), base=walk.base
+            )
+            self._initial_parameter = self.proposal.parameter
 
     # ------------------------------------------------------------------ Langevin gradients
+    def _in_frame(self, draw):
+        """Gradients in ``θ`` as gradients in the whitened ``φ`` the proposal moves."""
+        frame = self.frame
+
+        def draw_phi(rng: np.random.Generator):
+            grad_theta = draw(rng)
+            return lambda phi: frame.whiten_gradient(grad_theta(frame.unwhiten(phi)))
+
+        return draw_phi
+
     def _minibatch_gradient(self, m: int):
         """SGLD estimate ``∇ log p0(θ) + (N/m) Σ_{i∈B} ∇ℓ_i(θ)`` on one minibatch ``B``."""
         lik = self.likelihood
@@ -244,12 +265,11 @@ class AusterityMH(SubsamplingStep):
     def _surrogate_gradient(self, map_point):
         """Gradient of the order-2 Taylor surrogate ``∇ log p0(θ) + G + H(θ − θ̂)``."""
         lik = self.likelihood
-        if self.theta_hat is None:  # a user proposal_cov and no control variates
-            self.theta_hat = self._reference_point(lik.model, map_point)
-        if self.control_variate is not None:
-            g_sum, h_sum = self.control_variate.grad_sum, self.control_variate.hess_sum
-        else:
-            _, g_sum, h_sum = loglik_sums(lik, self.theta_hat)
+        reference = self.reference
+        if reference is None:  # a user proposal_cov and no control variates
+            reference = fit_reference(lik, self._data_pass(), map_point=map_point)
+            self.theta_hat = reference.theta_hat
+        g_sum, h_sum = reference.grad_sum, reference.hess_sum
         grad_p0 = lik.compile([lik.theta], grad(lik.logp0_graph, lik.theta))
         theta_hat = self.theta_hat
 
@@ -306,7 +326,12 @@ class AusterityMH(SubsamplingStep):
         return float(sum(lik.loglik_diff(theta, theta_new, c).sum() for c in lik.row_chunks()))
 
     def _decide(
-        self, theta: np.ndarray, theta_new: np.ndarray, log_rest: float
+        self,
+        theta: np.ndarray,
+        theta_new: np.ndarray,
+        log_rest: float,
+        phi: np.ndarray,
+        phi_new: np.ndarray,
     ) -> tuple[bool, dict[str, Any]]:
         log_u = math.log1p(-self.rng_accept.random())  # u = 1 − U ∈ (0, 1]: log u finite
         result = self.sequential_test(theta, theta_new, log_u, log_rest)

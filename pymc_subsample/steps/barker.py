@@ -245,7 +245,12 @@ class BarkerMinibatch(SubsamplingStep):
         )
 
     def _decide(
-        self, theta: np.ndarray, theta_new: np.ndarray, log_rest: float
+        self,
+        theta: np.ndarray,
+        theta_new: np.ndarray,
+        log_rest: float,
+        phi: np.ndarray,
+        phi_new: np.ndarray,
     ) -> tuple[bool, dict[str, Any]]:
         result = self.barker_test(theta, theta_new, log_rest)
         stats = {"n_data": result.n_data, "s2": result.s2, "error_bound": result.error_bound}

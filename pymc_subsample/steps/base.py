@@ -4,11 +4,16 @@ A subclass implements :meth:`SubsamplingStep._decide`, which calls one of the pu
 kernels (:mod:`pymc_subsample.mhss`, :mod:`~pymc_subsample.austerity`,
 :mod:`~pymc_subsample.barker`) and returns the decision and the stats declared in its
 ``stats_dtypes_shapes``. Everything the kernels need from the model is compiled once here.
+
+The chain moves in the whitened coordinates ``φ = L⁻¹(θ − θ̂)`` of the Laplace frame
+(:mod:`pymc_subsample.frame`): the proposal acts on ``φ``, the step maps ``φ'`` back to the
+``θ'`` PyMC stores, and tuning measures jumps in ``φ``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,18 +24,21 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
 from pymc.util import RandomGenerator, RandomGeneratorState, get_random_generator
-from pytensor.gradient import grad, jacobian
 from rich.progress import TextColumn
 from rich.table import Column
 
 from pymc_subsample.control_variates import (
+    GenericPass,
     TaylorControlVariate,
-    loglik_sums,
     validate_cv_order,
 )
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.frame import LaplaceFrame
+from pymc_subsample.glm import GLMPass
 from pymc_subsample.likelihood import SubsampledLikelihood
-from pymc_subsample.proposals import RandomWalkProposal, laplace_covariance
-from pymc_subsample.tuning import ScaleAdapter
+from pymc_subsample.proposals import PROPOSALS, cholesky_factor, make_proposal
+from pymc_subsample.reference import MODE_TOLERANCE, ReferenceFit, fit_reference
+from pymc_subsample.tuning import ESJDTuner, ScaleAdapter
 
 __all__ = ["SubsamplingStep", "SubsamplingStepState"]
 
@@ -39,8 +47,12 @@ _log = logging.getLogger("pymc_subsample")
 
 @dataclass_state
 class SubsamplingStepState(StepMethodState):
-    scale: float
+    proposal_parameter: float
     tune: bool
+    chain_started: bool
+    tuner_iteration: int
+    tuner_jumps: np.ndarray
+    tuner_costs: np.ndarray
     adapter_iteration: int
     rng_proposal: RandomGeneratorState
     rng_index: RandomGeneratorState
@@ -58,25 +70,38 @@ class SubsamplingStep(ArrayStepShared):
         Order of the Taylor control variates at ``map_point``; ``None`` for none.
     temperature : float
         ``K > 0``; the likelihood is divided by ``K``.
+    proposal : {"pcn", "independence", "random_walk"}
+        The proposal, in the whitened Laplace frame (:mod:`pymc_subsample.proposals`). The
+        default is the class's :attr:`default_proposal`.
     map_point : dict, optional
-        Reference point ``θ̂`` (a PyMC point, e.g. from ``pm.find_MAP()``). Computed with
-        ``pm.find_MAP`` on the full data when needed and not given.
+        Reference point ``θ̂`` (a PyMC point). Found by Newton's method on the full data when
+        not given; a given point is checked (and refined if it is not a mode,
+        :mod:`pymc_subsample.reference`).
     proposal_cov : array, optional
-        Covariance of the random-walk step, used as given (scale 1, tuned if ``tune``). By
-        default the Laplace covariance at ``θ̂`` scaled by ``κ/√d``.
-    scaling : float
-        ``κ`` for the Laplace proposal (default 1.5, Prado et al. 2024, Sec. 4.4); ignored when
-        ``proposal_cov`` is given.
+        Random walk only: the covariance of the step in ``θ``, used as given (scale 1). By
+        default the Laplace covariance scaled by ``κ/√d``.
+    scaling : float, optional
+        Initial value of the proposal's parameter: ``κ`` for the random walk (default 1.5,
+        Prado et al. 2024, Sec. 4.4), ``ρ`` for pCN (0.5), ``s`` for the independence proposal
+        (1.0). Tuning replaces it unless ``tune=False``.
+    df : float, optional
+        Independence proposal only: degrees of freedom of a multivariate t proposal.
     target_accept : float, optional
-        Acceptance rate the scale is tuned toward during PyMC's tuning phase.
+        Tune the random walk's ``κ`` toward this acceptance rate (Robbins–Monro) instead of
+        choosing the parameter by jump distance per cost
+        (:class:`~pymc_subsample.tuning.ESJDTuner`).
     tune : bool
-        Adapt the scale during tuning.
+        Tune the proposal's parameter during PyMC's tuning phase (frozen afterwards).
+    row_cost : float
+        For tuning: rows read that cost as much as one iteration's fixed overhead.
     init : {"laplace", "pymc"}
         Where each chain starts. ``"laplace"`` (default, when a reference point exists): a draw
-        from the Laplace approximation ``N(θ̂, V)`` (``V`` the proposal covariance), like NUTS's
-        jittered initialisation; PyMC's own initial point is often so far from the posterior
-        of tall data that the first thousands of iterations would read all rows. ``"pymc"``:
-        PyMC's initial point (``initvals``).
+        from the Laplace approximation ``N(θ̂, V)``, like NUTS's jittered initialisation;
+        PyMC's own initial point is often so far from the posterior of tall data that the
+        first thousands of iterations would read all rows. ``"pymc"``: PyMC's initial point
+        (``initvals``).
+    map_tolerance : float
+        Newton distance (posterior standard deviations) below which ``θ̂`` counts as a mode.
     compile_kwargs : dict, optional
         Passed to PyTensor compilation, e.g. ``{"mode": "NUMBA"}``.
     model : pymc.Model, optional
@@ -85,11 +110,22 @@ class SubsamplingStep(ArrayStepShared):
     blocked, initial_point
         Accepted for PyMC's step protocol; the step always samples all variables as one block
         and starts chains as ``init`` says.
+
+    Attributes
+    ----------
+    frame : LaplaceFrame
+        ``θ̂`` and the whitening of the chain's coordinates.
+    reference : ReferenceFit or None
+        How ``θ̂`` was found: full-data passes, Newton distance, sums.
+    setup_profile : dict
+        Seconds per setup phase and ``full_data_passes``, the passes over all N rows made
+        while building the step.
     """
 
     name = "subsampling"
     default_blocked = True
-    default_target_accept = 0.45
+    default_target_accept: float | None = None
+    default_proposal = "random_walk"
     needs_reference_point = False
     _state_class = SubsamplingStepState
 
@@ -99,22 +135,30 @@ class SubsamplingStep(ArrayStepShared):
         *,
         cv_order: int | None = None,
         temperature: float = 1.0,
+        proposal: str | None = None,
         map_point: dict[str, Any] | None = None,
         proposal_cov: np.ndarray | None = None,
-        scaling: float = 1.5,
+        scaling: float | None = None,
+        df: float | None = None,
         target_accept: float | None = None,
         tune: bool = True,
+        row_cost: float = 50.0,
         init: str = "laplace",
+        map_tolerance: float = MODE_TOLERANCE,
         compile_kwargs: dict | None = None,
         model: pm.Model | None = None,
         rng: RandomGenerator = None,
         blocked: bool = True,
         initial_point: dict | None = None,
     ) -> None:
+        t_start = time.perf_counter()
         model = pm.modelcontext(model)
         if cv_order is not None:
             cv_order = validate_cv_order(cv_order)
-        if not np.isfinite(scaling) or scaling <= 0:
+        proposal = self.default_proposal if proposal is None else proposal
+        if proposal not in PROPOSALS:
+            raise ValueError(f"proposal must be one of {PROPOSALS}; got {proposal!r}")
+        if scaling is not None and not np.isfinite(scaling):
             raise ValueError(f"scaling must be a positive number; got {scaling!r}")
         if init not in ("laplace", "pymc"):
             raise ValueError(f'init must be "laplace" or "pymc"; got {init!r}')
@@ -125,68 +169,96 @@ class SubsamplingStep(ArrayStepShared):
         )
         self.n_rows = lik.n_rows
         self.cv_order = cv_order
+        profile = {"likelihood_s": time.perf_counter() - t_start}
 
+        cov = None
+        if proposal_cov is not None:
+            cov = np.atleast_2d(np.asarray(proposal_cov, dtype=np.float64))
+            if cov.shape != (lik.dim, lik.dim):
+                raise ValueError(
+                    f"proposal_cov has shape {np.shape(proposal_cov)} but the model has {lik.dim} "
+                    "sampled coordinates (the raveled free variables)"
+                )
+            cholesky_factor(cov)  # a clear error for a covariance that is not one
         needs_reference = (
-            cv_order is not None or proposal_cov is None or self.needs_reference_point
+            cv_order is not None
+            or cov is None
+            or proposal != "random_walk"
+            or self.needs_reference_point
         )
-        self.theta_hat = self._reference_point(model, map_point) if needs_reference else None
-        self.control_variate = (
-            TaylorControlVariate(lik, self.theta_hat, cv_order) if cv_order is not None else None
-        )
-        if proposal_cov is None:
-            self._scale_per_kappa = 1.0 / np.sqrt(lik.dim)
-            cov = laplace_covariance(self._negative_hessian())
-        else:
-            self._scale_per_kappa = 1.0
-            cov = proposal_cov
-            scaling = 1.0
-        self.proposal = RandomWalkProposal(cov, scaling * self._scale_per_kappa)
-        if self.proposal.dim != lik.dim:
-            raise ValueError(
-                f"proposal_cov has shape {np.shape(cov)} but the model has {lik.dim} sampled "
-                "coordinates (the raveled free variables)"
+        self.reference: ReferenceFit | None = None
+        if needs_reference:
+            t0 = time.perf_counter()
+            data_pass = self._data_pass()
+            profile["pass_compile_s"] = time.perf_counter() - t0
+            self.reference = fit_reference(
+                lik,
+                data_pass,
+                map_point=map_point,
+                order=self._bound_order(),
+                tolerance=map_tolerance,
             )
-        self.target_accept = (
-            self.default_target_accept if target_accept is None else float(target_accept)
+            profile.update(self.reference.profile)
+            self.frame = self.reference.frame
+            self.theta_hat = self.frame.theta_hat
+        else:
+            # no reference point needed: a frame whose whitening is the user's covariance
+            self.frame = LaplaceFrame.from_covariance(lik.ravel(lik.initial_point), cov)
+            self.theta_hat = None
+        t0 = time.perf_counter()
+        self.control_variate = (
+            TaylorControlVariate(
+                lik,
+                self.theta_hat,
+                cv_order,
+                sums=(self.reference.loglik, self.reference.grad_sum, self.reference.hess_sum),
+            )
+            if cv_order is not None
+            else None
         )
-        self._adapter = ScaleAdapter(self.target_accept)
-        self._initial_scale = self.proposal.scale
+        profile["control_variate_s"] = time.perf_counter() - t0
+        # the user's random-walk covariance in whitened coordinates: Δφ = RᵀΔθ
+        r = self.frame.chol_precision
+        cov_phi = None if cov is None else r.T @ cov @ r
+        self.proposal = make_proposal(proposal, lik.dim, cov=cov_phi, parameter=scaling, df=df)
+        self.proposal_kind = proposal
+        self._initial_parameter = self.proposal.parameter
+        target = self.default_target_accept if target_accept is None else target_accept
+        if target is not None and proposal not in ("random_walk",):
+            if target_accept is not None:
+                raise ValueError(
+                    "target_accept only applies to the random walk (and Langevin) proposals; "
+                    f"the {proposal} proposal is tuned by jump distance per cost"
+                )
+            target = None
+        self.target_accept = None if target is None else float(target)
+        self._adapter = ScaleAdapter(self.target_accept) if target is not None else None
+        self._tuner = ESJDTuner(self.proposal.candidates, row_cost)
         self.tune = bool(tune)
         self._adapt = bool(tune)
         self._cached_theta: np.ndarray | None = None
+        self._cached_phi: np.ndarray | None = None
         self._cached_logp0 = 0.0
-        self.init = init if self.theta_hat is not None else "pymc"
-        self._chain_started = False
+        self.init = init if self.reference is not None else "pymc"
+        self.chain_started = False
+        profile["setup_s"] = time.perf_counter() - t_start
+        profile["full_data_passes"] = self.reference.full_data_passes if self.reference else 0
+        self.setup_profile = profile
+        _log.debug("setup: %s", profile)
         super().__init__(lik.value_vars, {}, blocked=blocked, rng=rng)
         self.set_rng(self.rng)
 
-    # ------------------------------------------------------------------ setup helpers
-    def _reference_point(self, model: pm.Model, map_point) -> np.ndarray:
-        lik = self.likelihood
-        if map_point is None:
-            _log.info("Finding the reference point with pm.find_MAP on all %d rows", lik.n_rows)
-            map_point = pm.find_MAP(model=model, progressbar=False)
-        missing = [name for name, _ in lik._ravel_info if name not in map_point]
-        if missing:
-            raise ValueError(
-                f"map_point lacks the value variables {missing}; pass a full point such as the "
-                "output of pm.find_MAP() (it includes the transformed variables)."
-            )
-        theta_hat = lik.ravel(map_point)
-        if not np.all(np.isfinite(theta_hat)):
-            raise ValueError("map_point contains NaN or infinite values")
-        return theta_hat
+    # ------------------------------------------------------------------ setup hooks
+    def _data_pass(self):
+        """The pass over the data for the reference fit: the GLM pass when the model is one."""
+        try:
+            return GLMPass(self.likelihood)
+        except SubsamplingModelError:
+            return GenericPass(self.likelihood)
 
-    def _negative_hessian(self) -> np.ndarray:
-        """``−∇² log π(θ̂)`` with priors and Jacobians included (Laplace, ALGORITHMS.md §0)."""
-        lik = self.likelihood
-        if self.control_variate is not None:
-            hess_lik = self.control_variate.hess_sum
-        else:
-            hess_lik = loglik_sums(lik, self.theta_hat)[2]
-        g0 = grad(lik.logp0_graph, lik.theta)
-        hess_prior = lik.compile([lik.theta], jacobian(g0, lik.theta, vectorize=True))
-        return -(hess_lik + hess_prior(self.theta_hat))
+    def _bound_order(self) -> int | None:
+        """Taylor order of the whitened row constants the reference fit should compute."""
+        return None
 
     # ------------------------------------------------------------------ PyMC protocol
     def set_rng(self, rng: RandomGenerator) -> None:
@@ -200,65 +272,128 @@ class SubsamplingStep(ArrayStepShared):
         self.rng_proposal, self.rng_index, self.rng_accept = self.rng.spawn(3)
         self.tune = self._adapt
         self.reset_tuning()
-        self._chain_started = False
+        self.chain_started = False
+        self._cached_theta = None
+
+    @property
+    def proposal_parameter(self) -> float:
+        """The proposal's tuned parameter: ``κ`` (random walk), ``ρ`` (pCN) or ``s``."""
+        return self.proposal.parameter
+
+    @proposal_parameter.setter
+    def proposal_parameter(self, value: float) -> None:
+        self.proposal.parameter = value
 
     @property
     def scale(self) -> float:
         return self.proposal.scale
 
-    @scale.setter
-    def scale(self, value: float) -> None:
-        self.proposal.scale = float(value)
+    @property
+    def kappa(self) -> float:
+        """The proposal's parameter (``κ`` for the random walk)."""
+        return self.proposal.parameter
+
+    # tuner and adapter state, mirrored into the sampling state
+    @property
+    def tuner_iteration(self) -> int:
+        return self._tuner.iteration
+
+    @tuner_iteration.setter
+    def tuner_iteration(self, value: int) -> None:
+        self._tuner.iteration = int(value)
+
+    @property
+    def tuner_jumps(self) -> np.ndarray:
+        return self._tuner.jumps
+
+    @tuner_jumps.setter
+    def tuner_jumps(self, value: np.ndarray) -> None:
+        self._tuner.jumps = np.array(value, dtype=np.float64)
+
+    @property
+    def tuner_costs(self) -> np.ndarray:
+        return self._tuner.costs
+
+    @tuner_costs.setter
+    def tuner_costs(self, value: np.ndarray) -> None:
+        self._tuner.costs = np.array(value, dtype=np.float64)
 
     @property
     def adapter_iteration(self) -> int:
-        return self._adapter.iteration
+        return self._adapter.iteration if self._adapter is not None else 0
 
     @adapter_iteration.setter
     def adapter_iteration(self, value: int) -> None:
-        self._adapter.iteration = int(value)
+        if self._adapter is not None:
+            self._adapter.iteration = int(value)
 
     def reset_tuning(self) -> None:
-        """Restore the untuned scale (PyMC calls this before each chain)."""
-        self.scale = self._initial_scale
-        self._adapter.reset()
+        """Restore the untuned parameter (PyMC calls this before each chain)."""
+        self.proposal.parameter = self._initial_parameter
+        self._tuner.reset()
+        if self._adapter is not None:
+            self._adapter.reset()
 
-    @property
-    def kappa(self) -> float:
-        """Current ``κ`` (the scale relative to ``1/√d`` for the Laplace proposal)."""
-        return self.scale / self._scale_per_kappa
+    def stop_tuning(self) -> None:
+        """End of PyMC's tuning phase: freeze the proposal's parameter."""
+        if self.tune and self._adapt and self._adapter is None:
+            self.proposal.parameter = self._tuner.best(default=self._initial_parameter)
+        self.tune = False
 
     def logp0(self, theta: np.ndarray) -> float:
         """``log p0(θ)``, cached for the current state so each iteration evaluates it once."""
         if self._cached_theta is not None and np.array_equal(theta, self._cached_theta):
             return self._cached_logp0
         value = self.likelihood.logp0(theta)
-        self._cached_theta, self._cached_logp0 = theta.copy(), value
+        self._cached_theta, self._cached_phi, self._cached_logp0 = theta.copy(), None, value
         return value
+
+    def _phi(self, theta: np.ndarray) -> np.ndarray:
+        if self._cached_phi is None or not np.array_equal(theta, self._cached_theta):
+            self._cached_phi = self.frame.whiten(theta)
+        return self._cached_phi
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         theta = q0.data
-        if not self._chain_started:
-            self._chain_started = True
+        if not self.chain_started:
+            self.chain_started = True
             if self.init == "laplace":
-                z = self.rng_proposal.standard_normal(self.likelihood.dim)
-                theta = self.theta_hat + self.proposal.chol @ z
-        theta_new, log_q_ratio = self.proposal.propose(self.rng_proposal, theta)
+                theta = self.frame.unwhiten(self.rng_proposal.standard_normal(self.likelihood.dim))
+        esjd_tuning = self.tune and self._adapt and self._adapter is None
+        if esjd_tuning:
+            self.proposal.parameter = self._tuner.current()
         logp0_cur = self.logp0(theta)
+        phi = self._phi(theta)
+        phi_new, log_q_ratio = self.proposal.propose(self.rng_proposal, phi)
+        theta_new = self.frame.unwhiten(phi_new)
         logp0_new = self.likelihood.logp0(theta_new)
-        accepted, stats = self._decide(theta, theta_new, logp0_new - logp0_cur + log_q_ratio)
+        accepted, stats = self._decide(
+            theta, theta_new, logp0_new - logp0_cur + log_q_ratio, phi, phi_new
+        )
         if accepted:
-            self._cached_theta, self._cached_logp0 = theta_new, logp0_new
-        if self.tune and self._adapt:
-            self.scale = self._adapter.update(self.scale, accepted)
+            self._cached_theta, self._cached_phi = theta_new, phi_new
+            self._cached_logp0 = logp0_new
+        if esjd_tuning:
+            jump = phi_new - phi
+            self._tuner.record(float(jump @ jump) if accepted else 0.0, stats["n_data"])
+        elif self.tune and self._adapt:
+            self.proposal.parameter = self._adapter.update(self.proposal.parameter, accepted)
         stats["accepted"] = accepted
-        stats["scaling"] = self.kappa
+        stats["scaling"] = self.proposal.parameter
         return RaveledVars(theta_new if accepted else theta, q0.point_map_info), [stats]
 
     def _decide(
-        self, theta: np.ndarray, theta_new: np.ndarray, log_rest: float
+        self,
+        theta: np.ndarray,
+        theta_new: np.ndarray,
+        log_rest: float,
+        phi: np.ndarray,
+        phi_new: np.ndarray,
     ) -> tuple[bool, dict[str, Any]]:
-        """Accept or reject ``θ → θ'``; ``log_rest = log p0 ratio + log q ratio``."""
+        """Accept or reject ``θ → θ'``; ``log_rest = log p0 ratio + log q ratio``.
+
+        ``φ``, ``φ'`` are the same points in the whitened frame.
+        """
         raise NotImplementedError
 
     @staticmethod

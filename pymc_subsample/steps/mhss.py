@@ -10,7 +10,7 @@ import numpy as np
 
 from pymc_subsample.bounds import remainder_scale
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import glm_bound_constants
+from pymc_subsample.glm import GLMPass
 from pymc_subsample.indexing import WeightedIndexSampler
 from pymc_subsample.mhss import mhss_accept
 from pymc_subsample.steps.base import SubsamplingStep
@@ -89,7 +89,7 @@ class MHSS(SubsamplingStep):
     """
 
     name = "mhss"
-    default_target_accept = 0.45
+    default_proposal = "pcn"
     needs_reference_point = True
     stats_dtypes_shapes = {
         "accepted": (bool, []),
@@ -107,11 +107,13 @@ class MHSS(SubsamplingStep):
                 "MHSS needs control variates: cv_order must be 1 or 2 (got None). Use "
                 "AusterityMH or BarkerMinibatch for subsampling without control variates."
             )
+        self.bound = bound
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
         if bound is None:
-            consts = glm_bound_constants(lik, self.theta_hat, self.cv_order)
-            self._remainder_scale = self._glm_remainder_scale
+            # whitened constants from the reference fit's last pass, M from whitened points
+            consts = self.reference.row_constants
+            self._remainder_scale = self._whitened_remainder_scale
         else:
             consts = bound.row_constants
             if callable(consts):
@@ -124,14 +126,25 @@ class MHSS(SubsamplingStep):
                 )
             user_scale = bound.remainder_scale
             self._remainder_scale = (
-                self._glm_remainder_scale
+                self._euclidean_remainder_scale
                 if user_scale is None
-                else (lambda t, t_new: float(user_scale(t, t_new, self.theta_hat)))
+                else (lambda t, t_new, p, p_new: float(user_scale(t, t_new, self.theta_hat)))
             )
         self.row_constants = consts
         self.sampler = WeightedIndexSampler(consts)
 
-    def _glm_remainder_scale(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
+    def _data_pass(self):
+        # MHSS without a UserBound needs the GLM structure: its detection names what is missing
+        return GLMPass(self.likelihood) if self.bound is None else super()._data_pass()
+
+    def _bound_order(self) -> int | None:
+        return self.cv_order if self.bound is None else None
+
+    def _whitened_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
+        # M of Corollary 2 from a = φ, a' = φ', h = φ' − φ (docs/methods/mhss.md)
+        return remainder_scale(phi, phi_new, np.zeros_like(phi), self.cv_order)
+
+    def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
 
     def _full_remainder_sum(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
@@ -139,12 +152,17 @@ class MHSS(SubsamplingStep):
         return float(sum(self.control_variate.remainder(theta, theta_new, c).sum() for c in chunks))
 
     def _decide(
-        self, theta: np.ndarray, theta_new: np.ndarray, log_rest: float
+        self,
+        theta: np.ndarray,
+        theta_new: np.ndarray,
+        log_rest: float,
+        phi: np.ndarray,
+        phi_new: np.ndarray,
     ) -> tuple[bool, dict[str, Any]]:
         cv = self.control_variate
         info = mhss_accept(
             log_rest + cv.estimate_sum(theta, theta_new),
-            self._remainder_scale(theta, theta_new),
+            self._remainder_scale(theta, theta_new, phi, phi_new),
             remainder=lambda idx: cv.remainder(theta, theta_new, idx),
             row_constants=self.row_constants,
             sampler=self.sampler,

@@ -1,0 +1,118 @@
+r"""The Laplace frame: the reference point, its covariance and whitened coordinates.
+
+On tall data the posterior is close to its Laplace approximation ``N(θ̂, V)`` with
+``V = P⁻¹`` and ``P = −∇² log π(θ̂)`` (priors and transform Jacobians included). Every part of
+the steps speaks in the whitened coordinates
+
+.. math::
+
+    φ = L^{-1}(θ - \hat θ), \qquad L L^\top = V,
+
+in which the Laplace approximation is ``N(0, I)``: the proposals (``docs/methods/proposals.md``),
+their tuning metric and the MHSS bounds (``docs/methods/mhss.md``, "Whitened bounds"). The
+change of variables is affine, so Taylor control variates around ``θ̂`` are the same
+polynomials in ``φ`` around 0 and nothing in the model changes.
+
+``L`` is taken as ``R^{-\top}`` with ``R Rᵀ = P`` the Cholesky factor of the precision, so
+whitening is one matrix–vector product, ``φ = Rᵀ(θ − θ̂)``, and unwhitening one triangular
+solve; a row ``x_i`` of a linear predictor ``η_i = x_iᵀθ + o_i`` becomes
+``x̃_i = Lᵀx_i = R^{-1}x_i`` with ``x_iᵀ(θ − θ̂) = x̃_iᵀφ``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+__all__ = ["LaplaceFrame", "NotPositiveDefiniteError"]
+
+
+class NotPositiveDefiniteError(ValueError):
+    """``−∇² log π`` is not positive definite at the reference point (no Laplace frame)."""
+
+
+class LaplaceFrame:
+    """Reference point ``θ̂`` and Laplace covariance ``V = P⁻¹``, with whitening maps.
+
+    Parameters
+    ----------
+    theta_hat : ndarray, shape (d,)
+        Reference point (the posterior mode, usually).
+    precision : ndarray, shape (d, d)
+        ``P = −∇² log π(θ̂)``, symmetric positive definite.
+
+    Raises
+    ------
+    NotPositiveDefiniteError
+        If ``precision`` is not positive definite; the message gives the smallest eigenvalue
+        and what to do.
+    """
+
+    def __init__(self, theta_hat: np.ndarray, precision: np.ndarray) -> None:
+        self.theta_hat = np.array(theta_hat, dtype=np.float64)
+        precision = np.asarray(precision, dtype=np.float64)
+        d = self.theta_hat.size
+        if self.theta_hat.shape != (d,) or precision.shape != (d, d):
+            raise ValueError(
+                f"theta_hat must have shape (d,) and precision (d, d); got {self.theta_hat.shape} "
+                f"and {precision.shape}"
+            )
+        self.precision = 0.5 * (precision + precision.T)
+        try:
+            self.chol_precision = scipy.linalg.cholesky(self.precision, lower=True)
+        except (scipy.linalg.LinAlgError, ValueError):
+            eig = np.linalg.eigvalsh(self.precision) if np.all(np.isfinite(precision)) else [np.nan]
+            raise NotPositiveDefiniteError(
+                "The negative Hessian of the log posterior at the reference point is not positive "
+                f"definite (smallest eigenvalue {np.min(eig):.3g}), so there is no Laplace "
+                "approximation there. Check that map_point is a mode, give every parameter a "
+                "proper prior, or pass proposal_cov= explicitly."
+            ) from None
+        self.dim = d
+
+    @classmethod
+    def from_covariance(cls, theta_hat: np.ndarray, cov: np.ndarray) -> LaplaceFrame:
+        """A frame whose ``V`` is a given covariance (e.g. a user's ``proposal_cov``)."""
+        cov = np.atleast_2d(np.asarray(cov, dtype=np.float64))
+        try:
+            inv = scipy.linalg.inv(0.5 * (cov + cov.T))
+        except (scipy.linalg.LinAlgError, ValueError):
+            raise NotPositiveDefiniteError("the covariance is singular") from None
+        return cls(theta_hat, inv)
+
+    @property
+    def cov(self) -> np.ndarray:
+        """``V = P⁻¹``."""
+        l_mat = self.whiten_rows(np.eye(self.dim))  # rows (R⁻¹e_k)ᵀ: the matrix R^{-⊤} = L
+        return l_mat @ l_mat.T
+
+    def whiten(self, theta: np.ndarray) -> np.ndarray:
+        """``φ = L⁻¹(θ − θ̂) = Rᵀ(θ − θ̂)``: O(d²)."""
+        return self.chol_precision.T @ (theta - self.theta_hat)
+
+    def unwhiten(self, phi: np.ndarray) -> np.ndarray:
+        """``θ = θ̂ + Lφ = θ̂ + R^{-⊤}φ``: one triangular solve, O(d²)."""
+        return self.theta_hat + scipy.linalg.solve_triangular(
+            self.chol_precision, phi, lower=True, trans="T", check_finite=False
+        )
+
+    def whiten_gradient(self, grad_theta: np.ndarray) -> np.ndarray:
+        """A gradient in ``θ`` as a gradient in ``φ``: ``Lᵀ∇_θ = R⁻¹∇_θ``."""
+        return scipy.linalg.solve_triangular(
+            self.chol_precision, grad_theta, lower=True, check_finite=False
+        )
+
+    def whiten_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Rows ``x_i`` of a linear predictor as ``x̃_i = Lᵀx_i``; ``rows`` has shape (n, d)."""
+        return scipy.linalg.solve_triangular(
+            self.chol_precision, np.asarray(rows, dtype=np.float64).T, lower=True,
+            check_finite=False,
+        ).T
+
+    def newton_step(self, grad_log_post: np.ndarray) -> np.ndarray:
+        """``V ∇ log π``: the Newton step (``P`` is the negative Hessian)."""
+        return scipy.linalg.cho_solve((self.chol_precision, True), grad_log_post)
+
+    def newton_distance(self, grad_log_post: np.ndarray) -> float:
+        """``‖Lᵀ∇ log π(θ̂)‖``: the Newton step to the mode in posterior standard deviations."""
+        return float(np.linalg.norm(self.whiten_gradient(grad_log_post)))

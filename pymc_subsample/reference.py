@@ -1,0 +1,280 @@
+r"""The reference point ``θ̂``: a posterior mode found in a few passes over the data.
+
+Every step needs ``θ̂`` and the Laplace covariance there (``docs/methods/reference.md``). On
+tall data the log posterior is nearly quadratic around its mode, so Newton's method converges
+in one or two steps from a good start, and each step is one pass over the data that returns
+``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` together (:class:`~pymc_subsample.glm.GLMPass` for GLMs,
+:class:`~pymc_subsample.control_variates.GenericPass` otherwise). The procedure:
+
+1. **Subsample start.** Newton's method, damped by backtracking, on the log posterior with the
+   likelihood of a random subsample of ``n`` rows weighted by ``N/n`` (``n`` a few percent of
+   ``N``): cheap, and within a few posterior standard deviations of the mode.
+2. **Full-data Newton passes.** At each pass the Newton distance
+   ``‖Lᵀ∇ log π(θ)‖`` (the length of the Newton step in posterior standard deviations, with
+   ``L Lᵀ`` the inverse negative Hessian) is computed; the pass whose point is within
+   ``tolerance`` of the mode makes that point ``θ̂``, and its sums are the control variates'
+   ``Σ ℓ_i(θ̂)``, ``G`` and ``H``. The pass that is expected to converge also computes the MHSS
+   row constants, whitened with the previous pass's Hessian (any fixed whitening gives a valid
+   bound, as long as the bound's ``M`` uses the same one).
+3. **Fallback.** If the Hessian is not negative definite along the way or Newton stalls, PyMC's
+   ``find_MAP`` (L-BFGS) restarts from the best point, and the passes resume. A point that
+   still is not a mode after ``max_passes`` is refused with an error.
+
+A user's ``map_point`` is checked the same way (one pass), and refined if it is not a mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pymc as pm
+from pytensor.gradient import grad, jacobian
+
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
+from pymc_subsample.likelihood import SubsampledLikelihood
+
+__all__ = ["ReferenceFit", "fit_reference"]
+
+_log = logging.getLogger("pymc_subsample")
+
+#: Default Newton distance (posterior standard deviations) below which ``θ̂`` is a mode.
+MODE_TOLERANCE = 0.05
+
+
+@dataclass
+class ReferenceFit:
+    """The reference point, the sums there and the Laplace frame.
+
+    Attributes
+    ----------
+    frame : LaplaceFrame
+        ``θ̂`` and the whitening used by the proposals and by :attr:`row_constants`.
+    loglik, grad_sum, hess_sum
+        ``Σ ℓ_i(θ̂)``, ``Σ ∇ℓ_i(θ̂)``, ``Σ ∇²ℓ_i(θ̂)`` (tempered likelihood, no prior).
+    row_constants : ndarray or None
+        Whitened MHSS constants ``c_i`` (when an order was asked for and the model is a GLM).
+    newton_distance : float
+        ``‖Lᵀ∇ log π(θ̂)‖`` at the end.
+    full_data_passes : int
+        Passes over all N rows, the MAP's included.
+    profile : dict
+        Seconds spent per phase.
+    """
+
+    frame: LaplaceFrame
+    loglik: float
+    grad_sum: np.ndarray
+    hess_sum: np.ndarray
+    row_constants: np.ndarray | None
+    newton_distance: float
+    full_data_passes: int
+    profile: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def theta_hat(self) -> np.ndarray:
+        return self.frame.theta_hat
+
+
+class _PriorTerms:
+    """``log p0``, its gradient and Hessian at one point (compiled once, no data)."""
+
+    def __init__(self, lik: SubsampledLikelihood) -> None:
+        g0 = grad(lik.logp0_graph, lik.theta)
+        h0 = jacobian(g0, lik.theta, vectorize=True)
+        self._fn = lik.compile([lik.theta], [lik.logp0_graph, g0, h0])
+
+    def __call__(self, theta: np.ndarray):
+        v, g, h = self._fn(theta)
+        return float(v), np.asarray(g), np.asarray(h)
+
+
+def fit_reference(
+    lik: SubsampledLikelihood,
+    data_pass,
+    *,
+    map_point: dict | None = None,
+    order: int | None = None,
+    tolerance: float = MODE_TOLERANCE,
+    max_passes: int = 8,
+    subsample_rows: int | None = None,
+    seed: int = 20240611,
+) -> ReferenceFit:
+    """Find ``θ̂`` (or check a given one) and everything the steps need there.
+
+    Parameters
+    ----------
+    lik : SubsampledLikelihood
+    data_pass : GLMPass or GenericPass
+        ``data_pass.full(θ, idx_chunks=..., weight=..., whiten_rows=..., order=...)`` returns a
+        :class:`~pymc_subsample.glm.PassResult`.
+    map_point : dict, optional
+        A user's reference point (a PyMC point); checked, and refined if it is not a mode.
+    order : {1, 2}, optional
+        Taylor order of the MHSS row constants to compute on the way (GLM passes only).
+    tolerance : float
+        Newton distance, in posterior standard deviations, that counts as converged.
+    max_passes : int
+        Full-data passes allowed before giving up.
+    subsample_rows : int, optional
+        Rows of the subsample start (default ``max(10_000, 50·d², N/20)``, at most ``N``).
+    seed : int
+        Seed of the subsample (the fit is deterministic).
+
+    Raises
+    ------
+    SubsamplingModelError
+        When no mode is found within ``max_passes`` passes; says what to check.
+    """
+    profile: dict[str, float] = {}
+    t_start = time.perf_counter()
+    prior = _PriorTerms(lik)
+    n, d = lik.n_rows, lik.dim
+    passes_before = data_pass.n_passes
+
+    def log_post(theta, res):
+        v, g, h = prior(theta)
+        return v + res.loglik, g + res.grad, -(h + res.hess)
+
+    if map_point is not None:
+        theta = lik.ravel(map_point)
+        if not np.all(np.isfinite(theta)):
+            raise ValueError("map_point contains NaN or infinite values")
+    else:
+        theta = lik.ravel(lik.initial_point)
+    n_sub = subsample_rows or max(10_000, 50 * d * d, n // 20)
+    whitening: LaplaceFrame | None = None
+    if n_sub < n:
+        rng = np.random.default_rng(seed)
+        idx = np.sort(rng.choice(n, size=n_sub, replace=False)).astype(np.int64)
+        chunks = [idx[i : i + 65_536] for i in range(0, n_sub, 65_536)]
+
+        def sub_objective(th):
+            res = data_pass.full(th, idx_chunks=chunks, weight=n / n_sub)
+            return log_post(th, res)
+
+        if map_point is None:
+            theta, prec = _newton(sub_objective, theta, tolerance=1e-3, max_steps=60)
+        else:
+            prec = sub_objective(theta)[2]
+        try:
+            whitening = LaplaceFrame(theta, prec)
+        except NotPositiveDefiniteError:
+            whitening = None
+        profile["subsample_s"] = time.perf_counter() - t_start
+
+    best_value, best_theta = -np.inf, theta
+    expect_converged = n_sub >= n or map_point is not None
+    distance = np.inf
+    first_distance = None
+    result = None
+    used_fallback = False
+    t_pass = time.perf_counter()
+    for _ in range(max_passes):
+        want_constants = order is not None and whitening is not None and expect_converged
+        res = data_pass.full(
+            theta,
+            whiten_rows=whitening.whiten_rows if want_constants else None,
+            order=order if want_constants else None,
+        )
+        value, g_post, prec = log_post(theta, res)
+        if not np.isfinite(value):
+            raise SubsamplingModelError(
+                "The log posterior is not finite at the reference point "
+                f"{lik.unravel(theta)}. Pass map_point= inside the support of the model."
+            )
+        if value < best_value - 1e-9 * abs(best_value):
+            # the full-data Newton step overshot: halve it back toward the best point
+            theta = 0.5 * (theta + best_theta)
+            continue
+        best_value, best_theta = value, theta
+        try:
+            frame = LaplaceFrame(theta, prec)
+        except NotPositiveDefiniteError:
+            if used_fallback:
+                break
+            theta, used_fallback = _find_map_fallback(lik, theta), True
+            best_value = -np.inf
+            continue
+        distance = frame.newton_distance(g_post)
+        if first_distance is None:
+            first_distance = distance
+        _log.debug(
+            "reference pass %d: Newton distance %.3g posterior sd (constants: %s)",
+            data_pass.n_passes - passes_before, distance, want_constants,
+        )
+        if distance <= tolerance:
+            if order is None:
+                result = (res, frame)
+                break
+            if want_constants:
+                # the constants were whitened with the previous Hessian: keep that whitening
+                result = (res, LaplaceFrame(theta, whitening.precision))
+                break
+            whitening, expect_converged = frame, True  # one more pass here, for the constants
+            continue
+        # after one Newton step from within a few dozen sds the next pass is usually the last
+        whitening, expect_converged = frame, distance <= 25.0
+        theta = theta + frame.newton_step(g_post)
+    profile["full_data_passes_s"] = time.perf_counter() - t_pass
+    passes = data_pass.n_passes - passes_before
+    if result is None:
+        raise SubsamplingModelError(
+            f"No posterior mode found for the reference point: after {passes} passes over the "
+            f"data the Newton step from the best point is still {distance:.3g} posterior "
+            "standard deviations long (or the log posterior's Hessian is not negative definite "
+            "there). Check that every parameter has a proper prior and the model is identified "
+            "(e.g. no collinear or all-zero covariate columns), or pass map_point= close to the "
+            "mode."
+        )
+    res, frame = result
+    if map_point is not None and not np.array_equal(frame.theta_hat, lik.ravel(map_point)):
+        _log.warning(
+            "map_point was not a posterior mode (Newton step %.3g posterior sd); it was refined "
+            "with Newton passes over the data", first_distance,
+        )
+    profile["reference_s"] = time.perf_counter() - t_start
+    return ReferenceFit(
+        frame, res.loglik, res.grad, res.hess, res.row_constants, distance, passes, profile
+    )
+
+
+def _newton(
+    objective, theta: np.ndarray, *, tolerance: float, max_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Damped Newton ascent on ``objective(θ) -> (value, gradient, −Hessian)`` (cheap calls).
+
+    Returns the last point and its negative Hessian.
+    """
+    value, g, prec = objective(theta)
+    for _ in range(max_steps):
+        try:
+            frame = LaplaceFrame(theta, prec)
+        except NotPositiveDefiniteError:
+            # Levenberg damping far from the mode, where the Hessian may be indefinite
+            shift = abs(np.linalg.eigvalsh(0.5 * (prec + prec.T)).min()) + 1e-6
+            frame = LaplaceFrame(theta, prec + shift * np.eye(theta.size))
+        step = frame.newton_step(g)
+        if frame.newton_distance(g) <= tolerance:
+            return theta, prec
+        t = 1.0
+        for _ in range(30):
+            candidate = theta + t * step
+            new_value, new_g, new_prec = objective(candidate)
+            if np.isfinite(new_value) and new_value >= value:
+                break
+            t *= 0.5
+        else:
+            return theta, prec
+        theta, value, g, prec = candidate, new_value, new_g, new_prec
+    return theta, prec
+
+
+def _find_map_fallback(lik: SubsampledLikelihood, theta: np.ndarray) -> np.ndarray:
+    _log.info("Newton's method stalled; falling back to pm.find_MAP (L-BFGS) on all rows")
+    start = {**lik.initial_point, **lik.unravel(theta)}
+    point = pm.find_MAP(start=start, model=lik.model, progressbar=False)
+    return lik.ravel(point)
