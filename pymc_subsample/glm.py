@@ -133,7 +133,7 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             raise _unsupported(block.name, f"its family is {type(op).__name__}")
         eta = pt.broadcast_to(eta, (rows,))
         (eta_theta,) = lik.in_theta([eta])
-        eta_input = pt.vector(f"{block.name}_eta", dtype="float64")
+        eta_input = pt.vector(f"{block.name}_eta", dtype=eta_theta.dtype)
         row_logp = _family_logp(family, eta_input, block.value, sigma)
         terms.append(
             GLMTerm(block.name, family, eta_theta, block.value, sigma, row_logp, eta_input)

@@ -13,6 +13,13 @@ where ``θ`` is the raveled vector of the sampled (transformed) value variables,
 functions of ``(θ, idx)`` whose cost is proportional to ``len(idx)``: the observed variables'
 nodes are rebuilt with every data container indexed by ``idx`` (the original nodes carry the
 static size ``N``, so slicing the model's own logp graph would not work).
+
+Before that rebuild, every parameter-free expression of the row data (``x - x.mean()``,
+``X / X.std(0)``) that does not commute with row indexing is evaluated once on the full data
+and indexed, so it keeps its full-data meaning. A setup check then evaluates the terms on
+several overlapping row sets and compares them with the model's own per-row log density on all
+``N`` rows: a likelihood that couples rows (a mean, sort, cumulative sum, scan or matrix
+product along the row axis of a parameter-dependent quantity) is refused, never subsampled.
 """
 
 from __future__ import annotations
@@ -20,17 +27,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NoReturn
 
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as pm_compile
 from pytensor.compile.sharedvalue import SharedVariable
-from pytensor.graph.basic import Variable
-from pytensor.graph.replace import graph_replace
-from pytensor.graph.traversal import ancestors
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import clone_replace, graph_replace
+from pytensor.graph.traversal import ancestors, toposort
+from pytensor.scan.op import Scan
+from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.math import All, Any, Dot
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.random.type import RandomType
+from pytensor.tensor.shape import Shape, Shape_i
+from pytensor.tensor.sort import ArgSortOp, SortOp
+from pytensor.tensor.type import TensorType
 from pytensor.tensor.type_other import NoneTypeT
 from pytensor.tensor.variable import TensorConstant
 
@@ -40,6 +54,13 @@ __all__ = ["SubsampledLikelihood", "ObservedBlock"]
 
 #: Rows per chunk when a setup pass touches all N rows (bounds peak memory).
 SETUP_CHUNK_ROWS = 65_536
+
+#: Seed of the setup checks' random rows and parameter point (construction is deterministic).
+_CHECK_SEED = 20240611
+#: Largest row subset the setup checks evaluate (besides the full pass).
+_CHECK_ROWS = 16
+#: Standard deviation of the random move away from the initial point for the setup checks.
+_CHECK_STEP = 0.2
 
 
 @dataclass(frozen=True)
@@ -83,6 +104,129 @@ def _data_name(var: Variable) -> str:
     return var.name if var.name else f"an unnamed constant of shape {_leaf_value(var).shape}"
 
 
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _take_rows(var: Variable, axis: int, idx: Variable) -> Variable:
+    """``var`` indexed by ``idx`` along ``axis``."""
+    return var[(slice(None),) * axis + (idx,)]
+
+
+def _replace(outputs: list[Variable], repl: dict[Variable, Variable]) -> list[Variable]:
+    """``outputs`` rebuilt with ``repl`` (subgraphs and leaves inside them alike).
+
+    Nodes are remade so that types are inferred anew: a static length ``N`` must become the
+    unknown length of ``idx`` (``graph_replace`` would pin it with a failing SpecifyShape).
+    """
+    if not repl:
+        return list(outputs)
+    return clone_replace(list(outputs), replace=repl, rebuild_strict=False)
+
+
+def _tolerance(dtype) -> float:
+    # √eps: 1.5e-8 in float64 (tight), 3.5e-4 in float32 (rounding of a different graph)
+    return float(np.sqrt(np.finfo(np.dtype(dtype)).eps))
+
+
+def _close(ours: np.ndarray, ref: np.ndarray, tol: float) -> np.ndarray:
+    return np.isclose(ours, ref, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _same_values(ours: np.ndarray, ref: np.ndarray) -> bool:
+    """Equal shapes and values (to rounding for floats, exactly for integers and booleans)."""
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    if ours.shape != ref.shape:
+        return False
+    if ref.dtype.kind in "fc":
+        return bool(np.all(_close(ours, ref, _tolerance(ref.dtype))))
+    return bool(np.array_equal(ours, ref))
+
+
+def _is_data_root(var: Variable) -> bool:
+    """A root whose value is fixed data (not a parameter, an RNG or a free input)."""
+    return isinstance(var, SharedVariable | Constant) and not isinstance(var.type, RandomType)
+
+
+def _data_expressions(outputs: list[Variable], row_leaves: set[Variable]) -> list[Variable]:
+    """The maximal parameter-free subgraphs of ``outputs`` that compute on row data.
+
+    A variable qualifies when every root below it is data (no value variable, no random draw)
+    and it reads a row-data leaf other than through its shape (``X.shape[0]`` must follow the
+    index). Leaves themselves are left out: they are indexed directly.
+    """
+    fixed: dict[Variable, bool] = {}
+    rows: dict[Variable, bool] = {}
+    for node in toposort(outputs):
+        for inp in node.inputs:
+            if inp.owner is None:
+                fixed[inp] = _is_data_root(inp)
+                rows[inp] = inp in row_leaves
+        is_fixed = not isinstance(node.op, RandomVariable) and all(fixed[i] for i in node.inputs)
+        reads_rows = not isinstance(node.op, Shape | Shape_i) and any(rows[i] for i in node.inputs)
+        for out in node.outputs:
+            fixed[out], rows[out] = is_fixed, reads_rows
+    found, seen, stack = [], set(), list(outputs)
+    while stack:
+        var = stack.pop()
+        if var in seen or var.owner is None:
+            continue
+        seen.add(var)
+        if fixed[var] and rows[var] and isinstance(var.type, TensorType):
+            found.append(var)
+        else:
+            stack.extend(var.owner.inputs)
+    return found
+
+
+def _row_mixing_ops(nodes, shapes: dict[Variable, tuple[int, ...]], rows: int) -> list[str]:
+    """Ops that reduce, sort, scan or contract along an axis of length ``rows``.
+
+    ``shapes`` holds the input shapes observed when the graph ran on ``rows`` rows (a length
+    chosen to differ from every other axis), so an axis of that length is the row axis.
+    """
+
+    def along(var, axes) -> bool:
+        shape = shapes.get(var)
+        if shape is None:
+            return False
+        axes = range(len(shape)) if axes is None else axes
+        return any(shape[a] == rows for a in axes if -len(shape) <= a < len(shape))
+
+    found = []
+    for node in nodes:
+        op = node.op
+        if isinstance(op, Scan):
+            hit = any(shapes.get(i) is not None and rows in shapes[i] for i in node.inputs)
+        elif isinstance(op, SortOp | ArgSortOp):
+            axis = node.inputs[1]
+            axis = axis.data if isinstance(axis, Constant) else None
+            hit = along(node.inputs[0], None if axis is None else [int(axis)])
+        elif isinstance(op, Dot):
+            hit = along(node.inputs[0], [-1]) or along(node.inputs[1], [0])
+        elif isinstance(op, Blockwise):
+            out_dims = {d for sig in op.outputs_sig for d in sig}
+            hit = False
+            for inp, sig in zip(node.inputs, op.inputs_sig, strict=True):
+                # a matrix product contracts the core dims missing from its output; other
+                # core ops (solve, cholesky) mix every core axis
+                matmul = isinstance(op.core_op, Dot)
+                core = [a - len(sig) for a, d in enumerate(sig) if not matmul or d not in out_dims]
+                hit = hit or along(inp, core)
+        elif isinstance(op, All | Any):
+            continue  # PyMC's parameter checks (`all(p >= 0)`), not a coupling of the terms
+        elif hasattr(op, "axis"):
+            # CAReduce (sum, mean, max), CumOp, Softmax, Argmax: `axis=None` means all axes
+            axis = op.axis
+            hit = along(node.inputs[0], None if axis is None else np.atleast_1d(axis).tolist())
+        else:
+            continue
+        if hit and str(op) not in found:
+            found.append(str(op))
+    return found
+
+
 class SubsampledLikelihood:
     """Per-row log-likelihood terms of a PyMC model, compiled once for any row index array.
 
@@ -114,9 +258,19 @@ class SubsampledLikelihood:
 
     Notes
     -----
-    Every array in an observed variable's graph whose first axis has length ``N`` is taken to
-    be indexed by row (``pm.Data`` containers, observed arrays, constants). Rows run along the
-    first axis; observed variables with trailing axes contribute the sum over those axes.
+    ``N`` is the length of the observed variables' first axis; observed variables with
+    trailing axes contribute the sum over those axes. Every data array in an observed
+    variable's graph (``pm.Data`` containers, observed arrays, constants) with an axis of
+    length ``N`` is indexed by row along that axis: the first one if it has length ``N``,
+    else the only other one (``Xt`` of shape ``(d, N)``); several candidate axes are refused.
+
+    Parameter-free expressions of the row data that do not commute with row indexing
+    (``x - x.mean()``, ``X / X.std(0)``) are evaluated once here on the full data: changing
+    their inputs with ``pm.set_data`` afterwards does not reach them (plain ``pm.Data``
+    containers and row-wise expressions of them are read at every call).
+
+    Models built with ``floatX="float32"`` compute in float32; ``θ`` stays float64 at the
+    interface (cast inside the graphs) and the compiled functions accept float32 ``θ`` too.
 
     Examples
     --------
@@ -140,21 +294,28 @@ class SubsampledLikelihood:
         self.temperature = float(temperature)
         self.compile_kwargs = dict(compile_kwargs or {})
         self.value_vars = self._check_vars(model, vars)
+        # float32 models: callers (PyMC steps) hand over float32 θ, which the compiled
+        # functions must convert rather than trust
+        self._trust_input = all(v.dtype == "float64" for v in self.value_vars)
         self._check_free_variables(model)
         self.initial_point = model.initial_point()
         self.n_rows = self._find_data_axis(model)
         self._check_latent_rows(model)
 
         self.idx = pt.vector("idx", dtype="int64")
+        # data taken as having rows on an axis other than the first (named in setup errors)
+        self._row_axes: dict[Variable, int] = {}
         self.blocks = tuple(self._rebuild_on_index(rv) for rv in model.observed_RVs)
         row_terms = [self._row_logp(block) for block in self.blocks]
+        self._block_terms = row_terms
         terms = row_terms[0]
         for extra in row_terms[1:]:
             terms = terms + extra
         if self.temperature != 1.0:
             terms = terms / self.temperature
+        terms = pt.cast(terms, "float64")  # float64 at the interface whatever floatX
 
-        logp0 = model.logp(vars=[*model.free_RVs, *model.potentials], sum=True)
+        logp0 = pt.cast(model.logp(vars=[*model.free_RVs, *model.potentials], sum=True), "float64")
         self._check_prior_free_of_data(logp0)
         self._ravel_info = [(v.name, self.initial_point[v.name].shape) for v in self.value_vars]
         self.dim = int(sum(np.prod(shape, dtype=int) for _, shape in self._ravel_info))
@@ -173,13 +334,17 @@ class SubsampledLikelihood:
         theta_new = self.theta.type("theta_new")
         self.theta_new = theta_new
         self.diff_graph = self.at(self.terms, theta_new) - self.terms
-        self._check_against_model()
+        self._check_rows_independent()
 
     # ------------------------------------------------------------------ compiled functions
     def compile(self, inputs: list[Variable], outputs):
-        """Compile with PyMC's rewrites and this object's ``compile_kwargs``; trusts inputs."""
+        """Compile with PyMC's rewrites and this object's ``compile_kwargs``.
+
+        Inputs are trusted (no conversion) unless the model is float32, where float32 ``θ``
+        from a PyMC step is converted to the float64 ``θ`` of the graphs.
+        """
         fn = pm_compile(inputs, outputs, on_unused_input="ignore", **self.compile_kwargs)
-        fn.trust_input = True
+        fn.trust_input = self._trust_input
         return fn
 
     def in_theta(self, graphs: list[Variable]) -> list[Variable]:
@@ -288,6 +453,16 @@ class SubsampledLikelihood:
                     "Give every observed variable one row per data point."
                 )
             lengths[rv.name] = int(shape[0])
+            ndim_supp = getattr(rv.owner.op, "ndim_supp", 0)
+            batch = shape[: len(shape) - ndim_supp] if ndim_supp else shape
+            if shape[0] == 1 and int(np.prod(batch)) > 1:
+                # one row of many independent draws: the data points run along another axis
+                raise SubsamplingModelError(
+                    f"Observed variable '{rv.name}' has shape {shape}: a single row along the "
+                    "first axis, so its data points must run along another axis. Subsampling "
+                    "draws rows of the first axis: put one data point per row on the first "
+                    "axis (e.g. observed=y.T with the data transposed to match)."
+                )
         if len(set(lengths.values())) > 1:
             raise SubsamplingModelError(
                 f"Observed variables have different numbers of rows: {lengths}. Subsampling "
@@ -338,7 +513,12 @@ class SubsampledLikelihood:
                 "or sample with NUTS."
             )
         leaves = [v for v in ancestors([*params, value]) if _is_data_leaf(v)]
-        data = [v for v in leaves if _leaf_value(v).shape[0] == self.n_rows]
+        axes = {}
+        for var in leaves:
+            axis = self._row_axis(_leaf_value(var).shape, rv.name, f"data '{_data_name(var)}'")
+            if axis is not None:
+                axes[var] = axis
+        data = list(axes)
         for var in data:
             arr = _leaf_value(var)
             if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
@@ -348,18 +528,102 @@ class SubsampledLikelihood:
                     "contain NaN or infinite entries. Drop or impute those rows before building "
                     "the model."
                 )
-        repl = {var: var[self.idx] for var in data}
-        new_params = graph_replace(params, repl, strict=False) if repl else params
-        if value in repl:
-            new_value = repl[value]
-        else:
-            new_value = graph_replace([value], repl, strict=False)[0] if repl else value
+        repl = {var: _take_rows(var, axis, self.idx) for var, axis in axes.items()}
+        self._row_axes.update({var: axis for var, axis in axes.items() if axis != 0})
+        repl.update(self._fold_data_expressions(rv.name, [*params, value], set(data), repl))
+        *new_params, new_value = _replace([*params, value], repl)
         if isinstance(size.type, NoneTypeT):
             new_size = size
         else:
             new_size = pt.concatenate([self.idx.shape[:1], size[1:]])
         new_rv = op.make_node(op.rng_param(node), new_size, *new_params).default_output()
         return ObservedBlock(rv.name, new_rv, new_value, tuple(data))
+
+    def _row_axis(self, shape: tuple[int, ...], name: str, what: str) -> int | None:
+        """The axis of ``shape`` that runs over the data rows, or ``None`` if there is none.
+
+        The first axis when its length is ``N`` (the convention); otherwise the only axis of
+        length ``N`` (``Xt`` of shape ``(d, N)``); several such axes are ambiguous.
+        """
+        if len(shape) == 0:
+            return None
+        if shape[0] == self.n_rows:
+            return 0
+        if self.n_rows < 2:
+            return None
+        axes = [a for a, length in enumerate(shape) if length == self.n_rows]
+        if len(axes) > 1:
+            raise SubsamplingModelError(
+                f"The {what} used by observed variable '{name}' has shape {tuple(shape)}: axes "
+                f"{axes} all have the number of rows N = {self.n_rows}, so the row axis is "
+                "ambiguous. Put one row per data point on the first axis of every data array "
+                "(e.g. pass X rather than X.T), or sample with NUTS."
+            )
+        return axes[0] if axes else None
+
+    def _fold_data_expressions(
+        self, name: str, outputs: list[Variable], row_leaves: set[Variable], leaf_repl: dict
+    ) -> dict[Variable, Variable]:
+        """Replacements freezing the row-data expressions that do not commute with indexing.
+
+        Each maximal parameter-free subgraph that reads row data (``x - x.mean()``) is
+        evaluated on all rows. If it has no row axis (``X.mean(0)``) it becomes a constant; if
+        it does and rebuilding it on a few row sets gives the full-data values of those rows
+        (``X[:, 0]``, ``log(x)``), it stays symbolic, so ``pm.set_data`` keeps reaching it;
+        otherwise it becomes a constant indexed by ``idx`` along its row axis.
+        """
+        exprs = _data_expressions(outputs, row_leaves)
+        if not exprs:
+            return {}
+        on_idx = _replace(exprs, leaf_repl)
+        fn = self.compile([self.idx], [*exprs, *on_idx])
+        probes = self._probe_rows()
+        try:
+            runs = [fn(rows) for rows in probes]
+        except Exception as err:  # reported with the variable's name
+            raise SubsamplingModelError(
+                f"Evaluating the data expressions of observed variable '{name}' on a subset of "
+                f"rows failed ({_first_line(err)}). Put one row "
+                "per data point on the first axis of every data array, or sample with NUTS."
+            ) from err
+        repl = {}
+        for k, expr in enumerate(exprs):
+            full = np.asarray(runs[0][k])
+            names = sorted({_data_name(v) for v in ancestors([expr]) if v in row_leaves})
+            what = f"expression of the data {names}"
+            if full.dtype.kind in "fc" and np.isnan(full).any():
+                raise SubsamplingModelError(
+                    f"The {what} used by observed variable '{name}' evaluates to NaN on the full "
+                    "data (e.g. dividing by the standard deviation of a constant column). Fix "
+                    "the expression or drop the offending column before building the model."
+                )
+            axis = self._row_axis(full.shape, name, what)
+            if axis is None:
+                repl[expr] = pt.constant(full, dtype=expr.dtype)
+                continue
+            row_wise = all(
+                _same_values(run[len(exprs) + k], np.take(full, rows, axis=axis))
+                for rows, run in zip(probes, runs, strict=True)
+            )
+            if not row_wise:
+                const = pt.constant(full, dtype=expr.dtype)
+                repl[expr] = _take_rows(const, axis, self.idx)
+        return repl
+
+    def _probe_rows(self) -> list[np.ndarray]:
+        """Overlapping row index sets that expose terms depending on which rows are present.
+
+        A shuffled proper subset, a shuffled set sharing half of it plus other rows and a
+        repeated row, and a single row (all of ``[0]`` or ``[0, 0]`` when ``N = 1``).
+        """
+        rng = np.random.default_rng(_CHECK_SEED)
+        n = self.n_rows
+        perm = rng.permutation(n).astype(np.int64)
+        m = max(1, min(n - 1, _CHECK_ROWS))
+        first = perm[:m]
+        second = rng.permutation(np.concatenate([first[: (m + 1) // 2], perm[m : 2 * m]]))
+        second = np.append(second, second[0]).astype(np.int64)
+        return [first, second, first[:1].copy()]
 
     def _row_logp(self, block: ObservedBlock):
         logp = pm.logp(block.rv, block.value)
@@ -388,18 +652,139 @@ class SubsampledLikelihood:
                 "NUTS."
             )
 
-    def _check_against_model(self) -> None:
-        """Our per-row terms must add up to the model's own observed logp (a setup check)."""
-        theta0 = self.ravel(self.initial_point)
-        ours = self.full_loglik(theta0) * self.temperature
-        ref_fn = self.model.compile_logp(vars=self.model.observed_RVs, sum=True, jacobian=False)
-        ref = float(ref_fn(self.initial_point))
-        if np.isfinite(ref) and not np.isclose(ours, ref, rtol=1e-8, atol=1e-6 * self.n_rows):
-            raise SubsamplingModelError(
-                f"The per-row log-likelihood terms sum to {ours:.6g} but the model's observed "
-                f"log-likelihood is {ref:.6g} for the observed variables "
-                f"{[b.name for b in self.blocks]}: the likelihood is not a sum over rows along "
-                "the first axis (for example, data stored with rows on another axis). Put one "
-                "row per data point on the first axis, or sample with NUTS."
-            )
+    def _model_row_terms(self) -> list[Variable]:
+        """The model's own per-row log density of each observed variable on all N rows."""
+        out = []
+        for rv, block in zip(self.model.observed_RVs, self.blocks, strict=True):
+            (logp,) = self.model.logp(vars=[rv], sum=False, jacobian=False)
+            if logp.ndim == 0:
+                raise SubsamplingModelError(
+                    f"The log-likelihood of observed variable '{block.name}' is a single joint "
+                    "term over all rows, not a sum over rows. Subsampling needs independent "
+                    "rows: reshape it so each row is one draw, or sample with NUTS."
+                )
+            if logp.ndim > 1:
+                logp = logp.sum(axis=tuple(range(1, logp.ndim)))
+            out.append(logp)
+        return out
 
+    def _check_rows_independent(self) -> None:
+        """Each observed variable's per-row terms must be the model's own, on any row set.
+
+        At a random point near the initial one, the terms on all rows (in chunks) and on
+        overlapping row subsets (:meth:`_probe_rows`) are compared with the model's per-row log
+        density on the full data. A likelihood that couples rows (a mean, sort, cumulative sum
+        or matrix product along the row axis) gives other values on a subset whatever op does
+        it, so this catches every coupling the probes can see; the error then names the ops.
+        """
+        rng = np.random.default_rng(_CHECK_SEED)
+        theta0 = self.ravel(self.initial_point)
+        theta = theta0 + _CHECK_STEP * rng.standard_normal(self.dim)
+        ours = self.in_theta(self._block_terms)
+        ours_fn = self.compile([self.theta, self.idx], ours)
+        ref_fn = self.compile([self.theta], self.in_theta(self._model_row_terms()))
+        ref = [np.asarray(r) for r in ref_fn(theta)]
+        if not all(np.all(np.isfinite(r)) for r in ref):
+            # the random point may leave a support: fall back to the initial point
+            theta = theta0
+            ref = [np.asarray(r) for r in ref_fn(theta)]
+        for j, block in enumerate(self.blocks):
+            if ref[j].shape != (self.n_rows,):
+                self._raise_not_row_sum(block.name, f"its log density has shape {ref[j].shape}")
+        for rows in [*self.row_chunks(), *self._probe_rows()]:
+            try:
+                values = ours_fn(theta, rows)
+            except Exception as err:  # reported with the variable's name
+                self._raise_failed(ours, theta, rows, err)
+            for j, block in enumerate(self.blocks):
+                got = np.asarray(values[j])
+                if got.shape != rows.shape:
+                    self._raise_not_row_sum(
+                        block.name,
+                        f"its terms on {len(rows)} rows have shape {got.shape}, so some data "
+                        "were not indexed by row and were broadcast",
+                    )
+                bad = np.flatnonzero(~_close(got, ref[j][rows], _tolerance(ours[j].dtype)))
+                if bad.size:
+                    self._raise_coupled(j, theta, rows, got, ref[j], int(bad[0]))
+
+    def _raise_failed(
+        self, ours: list[Variable], theta: np.ndarray, rows: np.ndarray, err: Exception
+    ) -> NoReturn:
+        """Name the observed variable whose terms fail on ``rows`` (one compile per block)."""
+        name = self.blocks[0].name
+        for j, block in enumerate(self.blocks if len(self.blocks) > 1 else ()):
+            try:
+                self.compile([self.theta, self.idx], ours[j])(theta, rows)
+            except Exception:  # the first block that fails on its own
+                name = block.name
+                break
+        self._raise_not_row_sum(
+            name, f"evaluating its terms on {len(rows)} rows failed ({_first_line(err)})", err
+        )
+
+    def _other_axes_note(self) -> str:
+        """Which data were indexed along an axis other than the first (a possible cause)."""
+        axes = [f"'{_data_name(v)}' (axis {a})" for v, a in self._row_axes.items()]
+        if not axes:
+            return ""
+        return f" Data taken as having rows on another axis than the first: {', '.join(axes)}."
+
+    def _raise_not_row_sum(
+        self, name: str, what: str, cause: Exception | None = None
+    ) -> NoReturn:
+        raise SubsamplingModelError(
+            f"Observed variable '{name}': {what}; its log-likelihood is not a sum over rows along "
+            f"the first axis (N = {self.n_rows}).{self._other_axes_note()} Put one row per data "
+            "point on the first axis of the observed values and of every data array, or sample "
+            "with NUTS."
+        ) from cause
+
+    def _raise_coupled(
+        self, j: int, theta: np.ndarray, rows: np.ndarray, got: np.ndarray, ref: np.ndarray, k: int
+    ) -> NoReturn:
+        """Refuse block ``j``: its term of row ``rows[k]`` is not the model's."""
+        block = self.blocks[j]
+        row = int(rows[k])
+        if np.array_equal(rows, np.arange(self.n_rows)):
+            self._raise_not_row_sum(
+                block.name,
+                f"the term of row {row} is {got[k]:.8g} but the model's is {ref[row]:.8g}",
+            )
+        ops = self._coupling_ops(j, theta)
+        cause = (
+            f"its log-probability graph applies {', '.join(ops)} along the row axis"
+            if ops
+            else "an operation in its log-probability graph mixes rows"
+        )
+        raise SubsamplingModelError(
+            f"Observed variable '{block.name}' couples its rows: row {row}'s log-likelihood term "
+            f"is {got[k]:.8g} when evaluated with {len(rows)} rows but {ref[row]:.8g} in the "
+            f"model on all N = {self.n_rows} rows ({cause}). Subsampling needs each row's term "
+            "to depend only on that row's data and the global parameters: compute data "
+            "summaries (means, scales) from pm.Data or constants alone, keep means, sums, "
+            "sorts, cumulative sums and matrix products over rows out of the likelihood, or "
+            f"sample this model with NUTS.{self._other_axes_note()}"
+        )
+
+    def _coupling_ops(self, j: int, theta: np.ndarray) -> list[str]:
+        """Names of the ops of block ``j`` that act along the row axis (best effort)."""
+        graph = self.in_theta([self._block_terms[j]])[0]
+        # run on a number of rows no other axis has, so an axis of that length is the row axis
+        leaves = [v for v in ancestors([graph]) if _is_data_leaf(v)]
+        lengths = {self.dim, *(n for v in leaves for n in _leaf_value(v).shape)}
+        rows = next(n for n in range(7, 7 + len(lengths) + 1) if n not in lengths)
+        depends = {self.idx}
+        nodes = []
+        for node in toposort([graph]):
+            if any(i in depends for i in node.inputs):
+                depends.update(node.outputs)
+                nodes.append(node)
+        inputs = [i for node in nodes for i in node.inputs if isinstance(i.type, TensorType)]
+        try:
+            fn = self.compile([self.theta, self.idx], [i.shape for i in inputs])
+            idx = np.resize(np.arange(self.n_rows, dtype=np.int64), rows)
+            shapes = {i: tuple(map(int, s)) for i, s in zip(inputs, fn(theta, idx), strict=True)}
+        except Exception:  # only a hint for the message
+            return []
+        return _row_mixing_ops(nodes, shapes, rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 
 import pymc_subsample as pms
@@ -166,4 +167,80 @@ def test_mixture_observed_points_to_customdist():
         pm.NormalMixture("y", w=[0.5, 0.5], mu=pm.math.stack([m, m + 1]), sigma=1.0,
                          observed=RNG.normal(size=60))
     with pytest.raises(SubsamplingModelError, match="'y' uses MixtureRV.*pm.CustomDist"):
+        SubsampledLikelihood(model)
+
+
+def test_parameter_dependent_centering_couples_rows():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        eta = pm.Data("X", X) @ b
+        pm.Bernoulli("y", logit_p=eta - eta.mean(), observed=Y)
+    with pytest.raises(SubsamplingModelError, match=r"'y' couples its rows.*Sum.*NUTS"):
+        SubsampledLikelihood(model)
+
+
+def test_customdist_with_the_mean_of_its_value_couples_rows():
+    def logp(value, mu):
+        return pm.logp(pm.Normal.dist(mu, 1.0), value) - value.mean()
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        pm.CustomDist("obs", mu, logp=logp, observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match=r"'obs' couples its rows.*Sum"):
+        SubsampledLikelihood(model)
+
+
+def test_cumulative_sum_couples_rows():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1)
+        pm.Normal("walk", mu=pt.cumsum(b * pm.Data("x", X[:, 0])), sigma=1,
+                  observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match=r"'walk' couples its rows.*Cumsum"):
+        SubsampledLikelihood(model)
+
+
+def test_matrix_product_over_rows_couples_rows():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1)
+        v = pm.Data("X", X)[:, 0] * b
+        pm.Normal("y", mu=v + (pm.Data("Z", X).T @ v)[0], sigma=1, observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match=r"'y' couples its rows.*Matmul"):
+        SubsampledLikelihood(model)
+
+
+def test_coupling_in_one_of_two_observed_variables_is_named():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        eta = pm.Data("X", X) @ b
+        pm.Bernoulli("fine", logit_p=eta, observed=Y)
+        pm.Normal("sorted", mu=pt.sort(eta), sigma=1, observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match=r"'sorted' couples its rows.*Sort"):
+        SubsampledLikelihood(model)
+
+
+def test_ambiguous_row_axis_of_data():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        K = pm.Data("K", RNG.normal(size=(2, 60, 60)))
+        pm.Normal("y", mu=(b[:, None, None] * K).sum((0, 2)), sigma=1,
+                  observed=RNG.normal(size=60))
+    with pytest.raises(SubsamplingModelError, match=r"'K'.*'y'.*ambiguous.*first axis"):
+        SubsampledLikelihood(model)
+
+
+def test_observations_with_rows_on_the_second_axis():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        pm.Normal("y", mu=b @ X.T, sigma=1, observed=RNG.normal(size=(1, 60)))
+    with pytest.raises(SubsamplingModelError, match=r"'y' has shape \(1, 60\).*first axis"):
+        SubsampledLikelihood(model)
+
+
+def test_data_expression_with_nan():
+    Xc = np.column_stack([np.ones(60), X[:, 0]])  # a constant column: std 0
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 1, shape=2)
+        Xd = pm.Data("X", Xc)
+        pm.Bernoulli("y", logit_p=((Xd - Xd.mean(0)) / Xd.std(0)) @ b, observed=Y)
+    with pytest.raises(SubsamplingModelError, match=r"data \['X'\].*'y'.*NaN.*constant column"):
         SubsampledLikelihood(model)
