@@ -14,8 +14,8 @@ change of variables is affine, so Taylor control variates around ``θ̂`` are th
 polynomials in ``φ`` around 0 and nothing in the model changes.
 
 ``L`` is taken as ``R^{-\top}`` with ``R Rᵀ = P`` the Cholesky factor of the precision, so
-whitening is one matrix–vector product, ``φ = Rᵀ(θ − θ̂)``, and unwhitening one triangular
-solve; a row ``x_i`` of a linear predictor ``η_i = x_iᵀθ + o_i`` becomes
+whitening is one matrix–vector product, ``φ = Rᵀ(θ − θ̂)``, and unwhitening another with
+``L`` formed once; a row ``x_i`` of a linear predictor ``η_i = x_iᵀθ + o_i`` becomes
 ``x̃_i = Lᵀx_i = R^{-1}x_i`` with ``x_iᵀ(θ − θ̂) = x̃_iᵀφ``.
 """
 
@@ -69,6 +69,11 @@ class LaplaceFrame:
                 "proper prior, or pass proposal_cov= explicitly."
             ) from None
         self.dim = d
+        # L = R^{-⊤} as a dense matrix: the per-iteration maps are then plain products (O(d²)
+        # without scipy's call overhead)
+        self.chol_cov = scipy.linalg.solve_triangular(
+            self.chol_precision, np.eye(d), lower=True, trans="T"
+        )
 
     @classmethod
     def from_covariance(cls, theta_hat: np.ndarray, cov: np.ndarray) -> LaplaceFrame:
@@ -82,32 +87,24 @@ class LaplaceFrame:
 
     @property
     def cov(self) -> np.ndarray:
-        """``V = P⁻¹``."""
-        l_mat = self.whiten_rows(np.eye(self.dim))  # rows (R⁻¹e_k)ᵀ: the matrix R^{-⊤} = L
-        return l_mat @ l_mat.T
+        """``V = P⁻¹ = L Lᵀ``."""
+        return self.chol_cov @ self.chol_cov.T
 
     def whiten(self, theta: np.ndarray) -> np.ndarray:
         """``φ = L⁻¹(θ − θ̂) = Rᵀ(θ − θ̂)``: O(d²)."""
         return self.chol_precision.T @ (theta - self.theta_hat)
 
     def unwhiten(self, phi: np.ndarray) -> np.ndarray:
-        """``θ = θ̂ + Lφ = θ̂ + R^{-⊤}φ``: one triangular solve, O(d²)."""
-        return self.theta_hat + scipy.linalg.solve_triangular(
-            self.chol_precision, phi, lower=True, trans="T", check_finite=False
-        )
+        """``θ = θ̂ + Lφ``, ``L = R^{-⊤}``: O(d²)."""
+        return self.theta_hat + self.chol_cov @ phi
 
     def whiten_gradient(self, grad_theta: np.ndarray) -> np.ndarray:
         """A gradient in ``θ`` as a gradient in ``φ``: ``Lᵀ∇_θ = R⁻¹∇_θ``."""
-        return scipy.linalg.solve_triangular(
-            self.chol_precision, grad_theta, lower=True, check_finite=False
-        )
+        return self.chol_cov.T @ grad_theta
 
     def whiten_rows(self, rows: np.ndarray) -> np.ndarray:
         """Rows ``x_i`` of a linear predictor as ``x̃_i = Lᵀx_i``; ``rows`` has shape (n, d)."""
-        return scipy.linalg.solve_triangular(
-            self.chol_precision, np.asarray(rows, dtype=np.float64).T, lower=True,
-            check_finite=False,
-        ).T
+        return np.asarray(rows, dtype=np.float64) @ self.chol_cov
 
     def newton_step(self, grad_log_post: np.ndarray) -> np.ndarray:
         """``V ∇ log π``: the Newton step (``P`` is the negative Hessian)."""

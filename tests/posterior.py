@@ -17,7 +17,7 @@ def summary(idata, var: str = "b") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean, sd, mcse
 
 
-def assert_matches(idata, ref_mean, ref_sd, ref_mcse=None, *, z_max=4.5, sd_rtol=0.15,
+def assert_matches(idata, ref_mean, ref_sd, ref_mcse=None, *, z_max=4.5, sd_rtol=0.10,
                    var="b"):
     """|Δmean| / combined MCSE < z_max on every coordinate and sd within sd_rtol."""
     mean, sd, mcse = summary(idata, var)

@@ -33,26 +33,35 @@ def test_gaussian_regression_matches_analytic_posterior(order):
 def nuts_reference():
     cache = {}
 
-    def get(family):
-        if family not in cache:
-            X, y = glm_data(2000, 3, family, seed=9)
+    def get(family, d):
+        if (family, d) not in cache:
+            X, y = glm_data(2000, d, family, seed=9)
             with glm_model(X, y, family):
                 ref = pm.sample(1500, tune=1000, chains=2, random_seed=12, **SAMPLE)
-            cache[family] = (X, y, summary(ref))
-        return cache[family]
+            cache[family, d] = (X, y, summary(ref))
+        return cache[family, d]
 
     return get
 
 
 @pytest.mark.parametrize(
-    "family, order", [("logistic", 1), ("logistic", 2), ("poisson", 2), ("probit", 2)]
+    "family, d, proposal, order, draws",
+    [
+        ("logistic", 4, "pcn", 2, 3000),
+        ("logistic", 4, "independence", 2, 3000),
+        ("logistic", 4, "random_walk", 1, 6000),
+        ("logistic", 10, "pcn", 2, 3000),
+        ("logistic", 10, "independence", 2, 3000),
+        ("poisson", 4, "pcn", 2, 3000),
+        ("probit", 3, "pcn", 2, 3000),
+    ],
 )
-def test_glm_matches_nuts(nuts_reference, family, order):
-    X, y, (ref_mean, ref_sd, ref_mcse) = nuts_reference(family)
+def test_glm_matches_nuts(nuts_reference, family, d, proposal, order, draws):
+    X, y, (ref_mean, ref_sd, ref_mcse) = nuts_reference(family, d)
     with glm_model(X, y, family):
-        step = pms.MHSS(cv_order=order)
-        idata = pm.sample(5000, tune=1000, chains=2, step=step, random_seed=13, **SAMPLE)
+        step = pms.MHSS(cv_order=order, proposal=proposal)
+        idata = pm.sample(draws, tune=1000, chains=2, step=step, random_seed=13, **SAMPLE)
     assert_matches(idata, ref_mean, ref_sd, ref_mcse)
     stats = idata.sample_stats
     assert int(stats["clipped"].sum()) == 0
-    assert 0.3 < float(stats["accepted"].mean()) < 0.65
+    assert float(stats["n_data"].mean()) > 0  # the correction stage really read rows
