@@ -35,7 +35,14 @@ from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame
 from pymc_subsample.likelihood import SubsampledLikelihood
 
-__all__ = ["GLMPass", "GLMTerm", "PassResult", "detect_glm_terms", "glm_bound_constants"]
+__all__ = [
+    "GLMPass",
+    "GLMTerm",
+    "PassResult",
+    "detect_glm_terms",
+    "family_derivatives",
+    "glm_bound_constants",
+]
 
 
 @dataclass(frozen=True)
@@ -216,9 +223,7 @@ class GLMPass:
         theta_probe = lik.theta.type("theta_probe")
         outputs = [lik.terms.sum()]
         for term in self.terms:
-            f1 = grad(term.row_logp_of_eta.sum(), term.eta_input)
-            f2 = grad(f1.sum(), term.eta_input)  # elementwise: f'_i depends on η_i alone
-            f1, f2 = graph_replace([f1, f2], {term.eta_input: term.eta}, strict=False)
+            f1, f2 = family_derivatives(term, term.eta)
             outputs += [
                 _rows_of_affine(term.eta, lik.theta),
                 pt.cast(f1, "float64"),
@@ -296,6 +301,18 @@ class GLMPass:
         if consts is not None:
             consts /= lik.temperature
         return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
+
+
+def family_derivatives(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable]:
+    """``f'(η_i; y_i)`` and ``f''(η_i; y_i)`` per row, as graphs of a given ``η`` (e.g. at θ̂).
+
+    Elementwise derivatives of the family's log-likelihood in ``η``: ``f'_i`` depends on
+    ``η_i`` alone, so the gradient of ``Σ f'_i`` is ``f''``.
+    """
+    f1 = grad(term.row_logp_of_eta.sum(), term.eta_input)
+    f2 = grad(f1.sum(), term.eta_input)
+    f1, f2 = graph_replace([f1, f2], {term.eta_input: eta}, strict=False)
+    return f1, f2
 
 
 def _rows_of_affine(eta: Variable, theta: Variable) -> Variable:

@@ -187,9 +187,10 @@ class SubsamplingStep(ArrayStepShared):
             or self.needs_reference_point
         )
         self.reference: ReferenceFit | None = None
+        self._reference_pass = None
         if needs_reference:
             t0 = time.perf_counter()
-            data_pass = self._data_pass()
+            data_pass = self._reference_pass = self._data_pass()
             profile["pass_compile_s"] = time.perf_counter() - t0
             self.reference = fit_reference(
                 lik,
@@ -212,6 +213,7 @@ class SubsamplingStep(ArrayStepShared):
                 self.theta_hat,
                 cv_order,
                 sums=(self.reference.loglik, self.reference.grad_sum, self.reference.hess_sum),
+                glm_terms=getattr(self._reference_pass, "terms", None),
             )
             if cv_order is not None
             else None
