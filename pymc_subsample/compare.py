@@ -4,8 +4,13 @@
 constructing it (finding the reference point, control variates, bound constants, compiling)
 is measured and reported apart from the time spent sampling. The table then puts, for every
 method, the wall times, the effective sample sizes from ArviZ, ESS per second of total wall
-time, R-hat, the rows of data read per iteration, the acceptance rate, and how far each
-posterior mean lies from the reference run's (NUTS by default) in Monte Carlo standard errors.
+time, the whole wall time extrapolated to a bulk ESS of 1000, R-hat, the rows of data read per
+iteration, the acceptance rate, and how far each posterior mean lies from the reference run's
+(NUTS by default) in Monte Carlo standard errors.
+
+NUTS is the yardstick: NumPyro's, through ``pm.sample(nuts_sampler="numpyro")``, when NumPyro
+is installed (``pip install "pymc-subsample[jax]"``), PyMC's own otherwise. The table's method
+name says which one ran: ``"NUTS (numpyro)"`` or ``"NUTS (pymc)"``.
 
 Examples
 --------
@@ -23,10 +28,12 @@ Examples
     )
     print(result)          # the formatted table
     result.table           # a pandas DataFrame, one row per method
+    result.table["time_to_ess1000_s"]   # whole wall time to a bulk ESS of 1000 (extrapolated)
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import time
@@ -45,7 +52,24 @@ from matplotlib.figure import Figure
 from pymc.step_methods.compound import BlockedStep, CompoundStep
 from threadpoolctl import threadpool_limits
 
-__all__ = ["COLUMNS", "Comparison", "compare", "mcse_distance", "summarise_run"]
+__all__ = [
+    "COLUMNS",
+    "NUTS_SAMPLERS",
+    "Comparison",
+    "compare",
+    "mcse_distance",
+    "numpyro_available",
+    "nuts_method_name",
+    "resolve_nuts_sampler",
+    "summarise_run",
+    "time_to_ess",
+]
+
+#: Values of :func:`compare`'s ``nuts_sampler``.
+NUTS_SAMPLERS = ("auto", "numpyro", "pymc")
+
+#: Bulk ESS that the ``time_to_ess1000_s`` column extrapolates to.
+TARGET_ESS = 1000
 
 #: Columns of :attr:`Comparison.table`, in order (see :func:`compare` for their meaning).
 COLUMNS = (
@@ -58,6 +82,7 @@ COLUMNS = (
     "ess_bulk",
     "ess_tail",
     "ess_bulk_per_s",
+    "time_to_ess1000_s",
     "r_hat",
     "rows_per_iter",
     "accept",
@@ -72,6 +97,7 @@ _FORMATS = {
     "ess_bulk": "{:.0f}",
     "ess_tail": "{:.0f}",
     "ess_bulk_per_s": "{:.3g}",
+    "time_to_ess1000_s": "{:.3g}",
     "r_hat": "{:.3f}",
     "rows_per_iter": "{:.3g}",
     "accept": "{:.2f}",
@@ -91,12 +117,18 @@ class Comparison:
         Each method's run (``posterior`` and ``sample_stats`` groups only), in table order.
     reference : str or None
         The method whose posterior means the ``z_vs_ref`` column measures against.
+    nuts_sampler : {"numpyro", "pymc"} or None
+        Which NUTS ran (None when NUTS was not run); its method name is
+        :func:`nuts_method_name` of it.
     n_rows : int
         ``N``, the rows of data in the model (used for NUTS's ``rows_per_iter``).
     var_names : list of str
         The variables summarised and plotted.
     figure : pathlib.Path or None
         Where the forest plot was saved, if it was.
+    setup_profiles : dict of str to dict
+        For each method whose step has a ``setup_profile`` attribute (a dict of named setup
+        phases in seconds and the int ``full_data_passes``), a copy of it, by method name.
     """
 
     table: pd.DataFrame
@@ -105,6 +137,8 @@ class Comparison:
     n_rows: int
     var_names: list[str]
     figure: Path | None = field(default=None)
+    nuts_sampler: str | None = field(default=None)
+    setup_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_string(self) -> str:
         """The table with rounded numbers, for printing."""
@@ -171,6 +205,46 @@ class Comparison:
         return path
 
 
+def numpyro_available() -> bool:
+    """Whether NumPyro and JAX can be imported (checked without importing them)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("numpyro", "jax"))
+
+
+def resolve_nuts_sampler(nuts_sampler: str = "auto") -> str:
+    """``"numpyro"`` or ``"pymc"``: the NUTS that ``nuts_sampler`` asks for.
+
+    ``"auto"`` is NumPyro when it is installed, else PyMC's NUTS; ``"numpyro"`` without NumPyro
+    raises an ``ImportError`` that says how to install it.
+    """
+    if nuts_sampler not in NUTS_SAMPLERS:
+        raise ValueError(f"nuts_sampler must be one of {NUTS_SAMPLERS}; got {nuts_sampler!r}")
+    if nuts_sampler == "auto":
+        return "numpyro" if numpyro_available() else "pymc"
+    if nuts_sampler == "numpyro" and not numpyro_available():
+        raise ImportError(
+            'nuts_sampler="numpyro" needs NumPyro and JAX: pip install "pymc-subsample[jax]"'
+        )
+    return nuts_sampler
+
+
+def nuts_method_name(sampler: str) -> str:
+    """The table's name for the NUTS run: ``"NUTS (numpyro)"`` or ``"NUTS (pymc)"``."""
+    return f"NUTS ({sampler})"
+
+
+def time_to_ess(setup_s: float, sampling_s: float, ess_bulk: float,
+                target: float = TARGET_ESS) -> float:
+    """``setup_s + sampling_s · target / ess_bulk``: the ``time_to_ess1000_s`` column.
+
+    The whole wall time to a bulk ESS of ``target``: the setup is paid once, the sampling time
+    (tuning included) is scaled linearly to the target ESS. NaN when the setup was not timed
+    or the ESS is not positive.
+    """
+    if not (math.isfinite(setup_s + sampling_s) and ess_bulk > 0):
+        return math.nan
+    return setup_s + sampling_s * target / ess_bulk
+
+
 def _is_built(spec: Any) -> bool:
     if isinstance(spec, BlockedStep | CompoundStep):
         return True
@@ -206,6 +280,7 @@ def summarise_run(
     it, ``N ×`` the mean of ``n_steps`` for HMC/NUTS (each leapfrog step evaluates the gradient
     on all rows), NaN otherwise. ``accept`` is the mean of ``accepted`` (Metropolis-type steps)
     or of ``acceptance_rate`` (NUTS's mean acceptance probability of the trajectory).
+    ``time_to_ess1000_s`` is :func:`time_to_ess` of the run.
     """
     names = list(var_names)
     post = idata.posterior
@@ -236,6 +311,7 @@ def summarise_run(
         "ess_bulk": ess_bulk,
         "ess_tail": ess_tail,
         "ess_bulk_per_s": ess_bulk / (setup_s + sampling_s),
+        "time_to_ess1000_s": time_to_ess(setup_s, sampling_s, ess_bulk),
         "r_hat": r_hat,
         "rows_per_iter": rows,
         "accept": accept,
@@ -274,7 +350,7 @@ def _sample(model, step, draws, tune, chains, random_seed, sample_kwargs, **extr
 
 
 def _run_nuts(model, draws, tune, chains, random_seed, sample_kwargs):
-    """NUTS as ``pm.sample`` builds it by default; setup is ``pm.init_nuts``."""
+    """PyMC's NUTS as ``pm.sample`` builds it by default; setup is ``pm.init_nuts``."""
     t0 = time.perf_counter()
     initial_points, step = pm.init_nuts(
         chains=chains, model=model, random_seed=random_seed, progressbar=False, tune=tune
@@ -284,6 +360,46 @@ def _run_nuts(model, draws, tune, chains, random_seed, sample_kwargs):
         model, step, draws, tune, chains, random_seed, sample_kwargs, initvals=initial_points
     )
     return setup, seconds, idata
+
+
+def _run_numpyro_nuts(model, draws, tune, chains, random_seed, sample_kwargs):
+    """NumPyro's NUTS through ``pm.sample(nuts_sampler="numpyro")``, chains one after another.
+
+    ``sampling_s`` is NumPyro's ``MCMC.run`` (the ``sampling_time`` PyMC records), which
+    includes JAX's compilation of the sampler; ``setup_s`` is the rest of ``pm.sample``'s wall
+    time: turning the model into a JAX function, the jittered starting points and turning the
+    raw draws back into the model's variables. The two add up to ``pm.sample``'s wall time.
+    """
+    kwargs = {"progressbar": False, "compute_convergence_checks": False, **sample_kwargs}
+    kwargs.pop("cores", None)  # NumPyro runs the chains itself
+    kwargs["nuts_sampler_kwargs"] = {
+        "chain_method": "sequential",
+        **dict(kwargs.get("nuts_sampler_kwargs") or {}),
+    }
+    t0 = time.perf_counter()
+    with model:
+        idata = pm.sample(
+            draws, tune=tune, chains=chains, random_seed=random_seed, nuts_sampler="numpyro",
+            **kwargs,
+        )
+    total = time.perf_counter() - t0
+    seconds = float(idata.posterior.attrs.get("sampling_time", total))
+    idata = az.InferenceData(posterior=idata.posterior, sample_stats=idata.sample_stats)
+    return total - seconds, seconds, idata
+
+
+def _setup_profile(step: Any) -> dict[str, Any] | None:
+    """A copy of the step's ``setup_profile`` (or of the one sub-step that has one), if any."""
+    profile = getattr(step, "setup_profile", None)
+    if isinstance(profile, Mapping):
+        return dict(profile)
+    parts = step.methods if isinstance(step, CompoundStep) else step
+    if isinstance(parts, list | tuple):
+        found = [dict(p.setup_profile) for p in parts
+                 if isinstance(getattr(p, "setup_profile", None), Mapping)]
+        if len(found) == 1:
+            return found[0]
+    return None
 
 
 def _run_step(model, spec, draws, tune, chains, random_seed, sample_kwargs):
@@ -296,7 +412,7 @@ def _run_step(model, spec, draws, tune, chains, random_seed, sample_kwargs):
             step = spec()
         setup = time.perf_counter() - t0
     idata, seconds = _sample(model, step, draws, tune, chains, random_seed, sample_kwargs)
-    return setup, seconds, idata
+    return setup, seconds, idata, _setup_profile(step)
 
 
 def compare(
@@ -307,6 +423,7 @@ def compare(
     tune: int = 1000,
     chains: int = 2,
     nuts: bool = True,
+    nuts_sampler: str = "auto",
     nuts_draws: int | None = None,
     nuts_tune: int | None = None,
     reference: str | None = None,
@@ -317,6 +434,12 @@ def compare(
     blas_threads: int | None = 1,
 ) -> Comparison:
     """Sample one model with NUTS and with the given steps; tabulate cost and agreement.
+
+    The headline column is ``time_to_ess1000_s``: the whole wall time of a method (building
+    its step, compiling, tuning and drawing) linearly extrapolated to a minimum bulk ESS of
+    1000, ``(setup_s + sampling_s) · 1000 / ess_bulk``. It is an extrapolation, not a
+    measurement: a run with a bulk ESS below 1000 has its setup scaled up with it, one above
+    1000 its setup scaled down.
 
     Parameters
     ----------
@@ -330,16 +453,24 @@ def compare(
     draws, tune, chains : int
         Passed to ``pm.sample`` for every step in ``steps``.
     nuts : bool
-        Also run PyMC's NUTS, as ``pm.sample`` would by default (``init="auto"``), as the
-        method named ``"NUTS"``. Its setup is ``pm.init_nuts`` (building the step and the
-        jittered starting points); its tuning counts as sampling time, as for the others.
+        Also run NUTS, as the method named ``"NUTS (numpyro)"`` or ``"NUTS (pymc)"`` (see
+        ``nuts_sampler``). Its tuning counts as sampling time, as for the others.
+    nuts_sampler : {"auto", "numpyro", "pymc"}
+        Which NUTS: ``"numpyro"`` is ``pm.sample(nuts_sampler="numpyro")``, often 5–10×
+        faster than PyMC's own, with the chains run one after another (NumPyro's
+        ``chain_method="sequential"``); its ``sampling_s`` is NumPyro's ``MCMC.run``, JAX's
+        compilation of the sampler included, and its ``setup_s`` the rest of ``pm.sample``
+        (the model turned into JAX, the starting points, the draws transformed back).
+        ``"pymc"`` is ``pm.sample``'s default NUTS (``init="auto"``), whose ``setup_s`` is
+        ``pm.init_nuts`` (the step and the jittered starting points). ``"auto"`` (default):
+        NumPyro when it is installed (``pip install "pymc-subsample[jax]"``), PyMC otherwise.
     nuts_draws, nuts_tune : int, optional
         Draws and tuning steps per chain for NUTS (default ``draws`` and ``tune``): NUTS reads
         every row at every gradient, so on tall data it is often run shorter. The table shows
         the draws each method used.
     reference : str, optional
-        The method the ``z_vs_ref`` column measures from: ``"NUTS"`` by default when ``nuts``,
-        else none (the column is NaN).
+        The method the ``z_vs_ref`` column measures from: the NUTS run by default when
+        ``nuts`` (``"NUTS"`` also names it), else none (the column is NaN).
     var_names : list of str, optional
         Variables to summarise and plot (default: the model's free random variables).
     random_seed : int, optional
@@ -362,10 +493,14 @@ def compare(
         ``.table`` is a DataFrame with one row per method (NUTS first) and the columns
 
         - ``method``, ``chains``, ``tune``, ``draws``: what was run (draws per chain);
-        - ``setup_s``: seconds to build the step (MAP, control variates, bounds, compiling);
+        - ``setup_s``: seconds to build the step (MAP, control variates, bounds, compiling;
+          for NUTS see ``nuts_sampler``);
         - ``sampling_s``: seconds in ``pm.sample`` (tuning and draws);
         - ``ess_bulk``, ``ess_tail``: ArviZ ESS, minimum over all coordinates;
         - ``ess_bulk_per_s``: ``ess_bulk / (setup_s + sampling_s)``;
+        - ``time_to_ess1000_s``: ``setup_s + sampling_s · 1000 / ess_bulk``, the whole wall
+          time to a bulk ESS of 1000, setup counted once and sampling scaled linearly (NaN
+          when setup was not timed);
         - ``r_hat``: ArviZ rank-normalised R-hat, maximum over coordinates;
         - ``rows_per_iter``: rows whose likelihood was evaluated per iteration, the mean of
           the step's ``n_data`` stat; for NUTS ``N ×`` mean leapfrog steps (each gradient
@@ -380,26 +515,35 @@ def compare(
     -----
     Chains run sequentially by default and every method samples the same model, with the
     same per-chain seeds. PyTensor caches compiled code on disk, so the first run on a fresh
-    machine spends longer in ``setup_s`` than later ones.
+    machine spends longer in ``setup_s`` than later ones; JAX compiles NumPyro's sampler anew
+    in every process, and that time is counted. ``blas_threads`` does not reach JAX, whose CPU
+    backend may use several threads for NumPyro's full-data products.
+
+    :attr:`Comparison.setup_profiles` keeps, by method name, a copy of the
+    ``setup_profile`` of each step built here that has one.
     """
     model = pm.modelcontext(model)
     steps = dict(steps or {})
     if not steps and not nuts:
         raise ValueError("Nothing to compare: pass some steps, or nuts=True.")
-    if nuts and "NUTS" in steps:
-        raise ValueError(
-            "The name 'NUTS' is used by the built-in NUTS run; rename your entry or pass "
-            "nuts=False."
-        )
+    sampler = resolve_nuts_sampler(nuts_sampler) if nuts else None
+    nuts_name = nuts_method_name(sampler) if nuts else None
+    if nuts:
+        clash = sorted({"NUTS", nuts_name} & set(steps))
+        if clash:
+            raise ValueError(
+                f"The name {clash[0]!r} is used by the built-in NUTS run; rename your entry or "
+                "pass nuts=False."
+            )
     for name, spec in steps.items():
         if not (_is_built(spec) or callable(spec)):
             raise TypeError(
                 f"steps[{name!r}] must be a zero-argument callable (a step class or a "
                 f"functools.partial) or a built step; got {type(spec).__name__}"
             )
-    if reference is None and nuts:
-        reference = "NUTS"
-    if reference is not None and reference not in steps and not (nuts and reference == "NUTS"):
+    if nuts and reference in (None, "NUTS"):
+        reference = nuts_name
+    if reference is not None and reference not in steps and reference != nuts_name:
         raise ValueError(f"reference {reference!r} is not one of the methods compared")
     if var_names is None:
         var_names = [rv.name for rv in model.free_RVs]
@@ -408,18 +552,23 @@ def compare(
     n_rows = _n_rows(model)
 
     runs = {}  # name -> (tune, setup seconds, sampling seconds, idata)
+    profiles = {}
     limit = threadpool_limits(limits=blas_threads) if blas_threads is not None else nullcontext()
     with limit:
         if nuts:
             n_tune = tune if nuts_tune is None else nuts_tune
             n_draws = draws if nuts_draws is None else nuts_draws
-            runs["NUTS"] = (
-                n_tune, *_run_nuts(model, n_draws, n_tune, chains, random_seed, sample_kwargs)
+            run_nuts = _run_numpyro_nuts if sampler == "numpyro" else _run_nuts
+            runs[nuts_name] = (
+                n_tune, *run_nuts(model, n_draws, n_tune, chains, random_seed, sample_kwargs)
             )
         for name, spec in steps.items():
-            runs[name] = (
-                tune, *_run_step(model, spec, draws, tune, chains, random_seed, sample_kwargs)
+            *run, profile = _run_step(
+                model, spec, draws, tune, chains, random_seed, sample_kwargs
             )
+            runs[name] = (tune, *run)
+            if profile is not None:
+                profiles[name] = profile
 
     rows, summaries = [], {}
     for name, (n_tune, setup, seconds, idata) in runs.items():
@@ -442,6 +591,8 @@ def compare(
         reference=reference,
         n_rows=n_rows,
         var_names=var_names,
+        nuts_sampler=sampler,
+        setup_profiles=profiles,
     )
     if figure is not None:
         result.plot(figure)

@@ -29,6 +29,7 @@ from pytensor.scalar.math import Erfc, Sigmoid, Softplus
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
 from scipy.special import ndtr
+from threadpoolctl import threadpool_limits
 
 from pymc_subsample.bounds import glm_row_constants
 from pymc_subsample.errors import SubsamplingModelError
@@ -110,7 +111,15 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
     rows = lik.idx.shape[0]
     terms = []
     for block in lik.blocks:
+        if block.value.type.ndim != 1:
+            raise _unsupported(
+                block.name,
+                f"its observations have {block.value.type.ndim - 1} trailing axes (one linear "
+                "predictor per row is needed); reshape it into one observed variable per column",
+            )
         op = block.rv.owner.op
+        if not isinstance(op, BernoulliRV | PoissonRV | NormalRV):
+            raise _unsupported(block.name, f"its family is {type(op).__name__}")
         params = op.dist_params(block.rv.owner)
         sigma = None
         if isinstance(op, BernoulliRV):
@@ -285,15 +294,18 @@ class GLMPass:
         full_data = idx_chunks is None
         total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
         consts = np.zeros(lik.n_rows) if order is not None else None
-        for chunk in lik.row_chunks() if full_data else idx_chunks:
-            s, pieces = self.rows(theta, chunk)
-            total += s
-            for term, (x, f1, f2, y) in zip(self.terms, pieces, strict=True):
-                g += x.T @ f1
-                h += x.T @ (f2[:, None] * x)
-                if consts is not None:
-                    xt = whiten_rows(x) if whiten_rows is not None else x
-                    consts[chunk] += _row_constants(term.family, order, xt, y, f2)
+        # one BLAS thread: the products are thin (chunk × d), and a threaded BLAS on a busy or
+        # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
+        with threadpool_limits(limits=1, user_api="blas"):
+            for chunk in lik.row_chunks() if full_data else idx_chunks:
+                s, pieces = self.rows(theta, chunk)
+                total += s
+                for term, (x, f1, f2, y) in zip(self.terms, pieces, strict=True):
+                    g += x.T @ f1
+                    h += x.T @ (f2[:, None] * x)
+                    if consts is not None:
+                        xt = whiten_rows(x) if whiten_rows is not None else x
+                        consts[chunk] += _row_constants(term.family, order, xt, y, f2)
         if full_data:
             self.n_passes += 1
         # lik.terms is tempered already; f' and f'' come from the untempered family logp

@@ -85,7 +85,7 @@ class _PriorTerms:
     def __init__(self, lik: SubsampledLikelihood) -> None:
         g0 = grad(lik.logp0_graph, lik.theta)
         h0 = jacobian(g0, lik.theta, vectorize=True)
-        self._fn = lik.compile([lik.theta], [lik.logp0_graph, g0, h0])
+        self._fn = lik.compile([lik.theta], [lik.logp0_graph, g0, h0], once=True)
 
     def __call__(self, theta: np.ndarray):
         v, g, h = self._fn(theta)
@@ -147,7 +147,19 @@ def fit_reference(
         theta = lik.ravel(lik.initial_point)
     n_sub = subsample_rows or max(10_000, 50 * d * d, n // 20)
     whitening: LaplaceFrame | None = None
-    if n_sub < n:
+    if n_sub >= n and map_point is None:
+        # small data: damped Newton on all rows, each step a (cheap) pass over the data
+
+        def full_objective(th):
+            return log_post(th, data_pass.full(th))
+
+        theta, prec = _newton(full_objective, theta, tolerance=tolerance, max_steps=60)
+        try:
+            whitening = LaplaceFrame(theta, prec)
+        except NotPositiveDefiniteError:
+            whitening = None
+        profile["small_data_newton_s"] = time.perf_counter() - t_start
+    elif n_sub < n:
         rng = np.random.default_rng(seed)
         idx = np.sort(rng.choice(n, size=n_sub, replace=False)).astype(np.int64)
         chunks = [idx[i : i + 65_536] for i in range(0, n_sub, 65_536)]
@@ -251,6 +263,8 @@ def _newton(
     """
     value, g, prec = objective(theta)
     for _ in range(max_steps):
+        if not (np.isfinite(value) and np.all(np.isfinite(g)) and np.all(np.isfinite(prec))):
+            return theta, prec  # the full-data passes fall back to L-BFGS from here
         try:
             frame = LaplaceFrame(theta, prec)
         except NotPositiveDefiniteError:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pymc_subsample.demo import FIGURE_NAME, main, nuts_budget
+from pymc_subsample.compare import numpyro_available
+from pymc_subsample.demo import DEFAULT_ROWS, FIGURE_NAME, _parser, main, nuts_budget
 
 
 def test_demo_prints_table_and_writes_png(tmp_path, capsys):
+    """With whichever NUTS "auto" picks (NumPyro when installed, as in the README)."""
+    sampler = "numpyro" if numpyro_available() else "pymc"
     out = tmp_path / "demo-out"
     result = main([
         "--rows", "1500", "--dim", "3", "--draws", "200", "--tune", "100",
@@ -16,22 +19,30 @@ def test_demo_prints_table_and_writes_png(tmp_path, capsys):
     printed = capsys.readouterr().out
     table = [
         cells for cells in map(str.split, printed.splitlines())
-        if cells[:1] in (["NUTS"], ["MHSS-2"]) and cells[1:2] == ["2"]
+        if cells[:2] == ["NUTS", f"({sampler})"] or cells[:2] == ["MHSS-2", "2"]
     ]
-    assert [cells[:4] for cells in table] == [  # method, chains, tune, draws
-        ["NUTS", "2", "50", "50"],
-        ["MHSS-2", "2", "100", "200"],
+    assert [cells[-13:-10] for cells in table] == [  # chains, tune, draws
+        ["2", "50", "50"],
+        ["2", "100", "200"],
     ]
     png = out / FIGURE_NAME
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert str(png.resolve()) in printed
     assert "NUTS ran 50 draws after 50 tuning steps" in printed
-    assert result.table["method"].tolist() == ["NUTS", "MHSS-2"]
+    assert "time_to_ess1000_s" in printed
+    assert f"NUTS ({sampler})" in printed and "Time to a bulk ESS of 1000" in printed
+    assert result.table["method"].tolist() == [f"NUTS ({sampler})", "MHSS-2"]
+
+
+def test_default_is_the_quick_run():
+    args = _parser().parse_args([])
+    assert int(args.rows) == DEFAULT_ROWS == 100_000
+    assert args.nuts_sampler == "auto"
 
 
 @pytest.mark.parametrize(
     ("rows", "expected"),
-    [(10_000, (2000, 1000)), (100_000, (500, 500)), (1_000_000, (100, 100)), (10**8, (100, 100))],
+    [(10_000, (2000, 1000)), (100_000, (300, 300)), (1_000_000, (100, 100)), (10**8, (100, 100))],
 )
 def test_nuts_budget_shrinks_with_rows(rows, expected):
     assert nuts_budget(rows, draws=2000, tune=1000) == expected

@@ -161,13 +161,15 @@ def test_bad_proposal_cov():
             pms.MHSS(cv_order=2, proposal_cov=np.eye(3))
 
 
-def test_mixture_observed_points_to_customdist():
+def test_mixture_observed_has_no_automatic_mhss_bound():
+    """Mixtures are split into rows (tests/test_likelihood_mixtures.py); MHSS needs a bound."""
     with pm.Model() as model:
         m = pm.Normal("m", 0, 1)
         pm.NormalMixture("y", w=[0.5, 0.5], mu=pm.math.stack([m, m + 1]), sigma=1.0,
                          observed=RNG.normal(size=60))
-    with pytest.raises(SubsamplingModelError, match="'y' uses MixtureRV.*pm.CustomDist"):
-        SubsampledLikelihood(model)
+    assert SubsampledLikelihood(model).n_rows == 60
+    with model, pytest.raises(SubsamplingModelError, match="no automatic bound.*'y'.*UserBound"):
+        pms.MHSS()
 
 
 def test_parameter_dependent_centering_couples_rows():

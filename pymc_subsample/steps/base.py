@@ -26,6 +26,7 @@ from pymc.step_methods.state import dataclass_state
 from pymc.util import RandomGenerator, RandomGeneratorState, get_random_generator
 from rich.progress import TextColumn
 from rich.table import Column
+from threadpoolctl import threadpool_limits
 
 from pymc_subsample.control_variates import (
     GenericPass,
@@ -57,6 +58,20 @@ class SubsamplingStepState(StepMethodState):
     rng_proposal: RandomGeneratorState
     rng_index: RandomGeneratorState
     rng_accept: RandomGeneratorState
+
+
+def _check_proposal_knobs(proposal: str, scaling: float | None, df: float | None) -> None:
+    """Refuse a bad ``scaling``/``df`` before any work on the data, naming the knob."""
+    try:
+        make_proposal(proposal, 2, parameter=scaling, df=df)
+    except ValueError as err:
+        meaning = {"pcn": "ρ, in [0, 1)", "independence": "the scale s > 0",
+                   "random_walk": "κ > 0"}[proposal]
+        raise ValueError(
+            f"scaling={scaling!r}, df={df!r} do not fit proposal={proposal!r} ({err}). For this "
+            f"proposal scaling is {meaning}; leave it None to let tuning choose, or pick "
+            f"another proposal (one of {PROPOSALS})."
+        ) from None
 
 
 class SubsamplingStep(ArrayStepShared):
@@ -151,6 +166,22 @@ class SubsamplingStep(ArrayStepShared):
         blocked: bool = True,
         initial_point: dict | None = None,
     ) -> None:
+        # one BLAS thread for the setup passes: their products are thin (chunk × d) and a
+        # threaded BLAS on a busy machine, or under pm.sample(cores>1), is up to 50× slower
+        with threadpool_limits(limits=1, user_api="blas"):
+            self._build(
+                vars, cv_order=cv_order, temperature=temperature, proposal=proposal,
+                map_point=map_point, proposal_cov=proposal_cov, scaling=scaling, df=df,
+                target_accept=target_accept, tune=tune, row_cost=row_cost, init=init,
+                map_tolerance=map_tolerance, compile_kwargs=compile_kwargs, model=model,
+            )
+        super().__init__(self.likelihood.value_vars, {}, blocked=blocked, rng=rng)
+        self.set_rng(self.rng)
+
+    def _build(
+        self, vars, *, cv_order, temperature, proposal, map_point, proposal_cov, scaling, df,
+        target_accept, tune, row_cost, init, map_tolerance, compile_kwargs, model,
+    ) -> None:
         t_start = time.perf_counter()
         model = pm.modelcontext(model)
         if cv_order is not None:
@@ -164,6 +195,7 @@ class SubsamplingStep(ArrayStepShared):
             raise ValueError(f'init must be "laplace" or "pymc"; got {init!r}')
         if vars is not None:
             vars = pm.util.get_value_vars_from_user_vars(vars, model)
+        _check_proposal_knobs(proposal, scaling, df)
         self.likelihood = lik = SubsampledLikelihood(
             model, vars, temperature=temperature, compile_kwargs=compile_kwargs
         )
@@ -247,8 +279,6 @@ class SubsamplingStep(ArrayStepShared):
         profile["full_data_passes"] = self.reference.full_data_passes if self.reference else 0
         self.setup_profile = profile
         _log.debug("setup: %s", profile)
-        super().__init__(lik.value_vars, {}, blocked=blocked, rng=rng)
-        self.set_rng(self.rng)
 
     # ------------------------------------------------------------------ setup hooks
     def _data_pass(self):
