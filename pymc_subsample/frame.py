@@ -68,6 +68,15 @@ class LaplaceFrame:
                 "approximation there. Check that map_point is a mode, give every parameter a "
                 "proper prior, or pass proposal_cov= explicitly."
             ) from None
+        eig = np.linalg.eigvalsh(self.precision)
+        if eig[0] <= 1e-12 * eig[-1]:
+            raise NotPositiveDefiniteError(
+                "The negative Hessian of the log posterior at the reference point is singular "
+                f"(eigenvalues from {eig[0]:.3g} to {eig[-1]:.3g}): some direction of the "
+                "parameters is not identified by the data and the priors (collinear or "
+                "duplicated covariate columns, flat priors). Drop the redundant columns or give "
+                "every parameter a proper prior."
+            )
         self.dim = d
         # L = R^{-⊤} as a dense matrix: the per-iteration maps are then plain products (O(d²)
         # without scipy's call overhead)

@@ -83,8 +83,9 @@ class _PriorTerms:
     """``log p0``, its gradient and Hessian at one point (compiled once, no data)."""
 
     def __init__(self, lik: SubsampledLikelihood) -> None:
-        g0 = grad(lik.logp0_graph, lik.theta)
-        h0 = jacobian(g0, lik.theta, vectorize=True)
+        # a flat prior has no θ in its graph: its derivatives are zero, not an error
+        g0 = grad(lik.logp0_graph, lik.theta, disconnected_inputs="ignore")
+        h0 = jacobian(g0, lik.theta, vectorize=True, disconnected_inputs="ignore")
         self._fn = lik.compile([lik.theta], [lik.logp0_graph, g0, h0], once=True)
 
     def __call__(self, theta: np.ndarray):
@@ -147,12 +148,13 @@ def fit_reference(
         theta = lik.ravel(lik.initial_point)
     n_sub = subsample_rows or max(10_000, 50 * d * d, n // 20)
     whitening: LaplaceFrame | None = None
+
+    def full_objective(th):
+        return log_post(th, data_pass.full(th))
+
+    restart_objective = full_objective
     if n_sub >= n and map_point is None:
         # small data: damped Newton on all rows, each step a (cheap) pass over the data
-
-        def full_objective(th):
-            return log_post(th, data_pass.full(th))
-
         theta, prec = _newton(full_objective, theta, tolerance=tolerance, max_steps=60)
         try:
             whitening = LaplaceFrame(theta, prec)
@@ -168,6 +170,8 @@ def fit_reference(
             res = data_pass.full(th, idx_chunks=chunks, weight=n / n_sub)
             return log_post(th, res)
 
+        restart_objective = sub_objective
+
         if map_point is None:
             theta, prec = _newton(sub_objective, theta, tolerance=1e-3, max_steps=60)
         else:
@@ -182,6 +186,7 @@ def fit_reference(
     expect_converged = n_sub >= n or map_point is not None
     distance = np.inf
     first_distance = None
+    damped_restart = False
     result = None
     used_fallback = False
     t_pass = time.perf_counter()
@@ -230,6 +235,12 @@ def fit_reference(
             continue
         # after one Newton step from within a few dozen sds the next pass is usually the last
         whitening, expect_converged = frame, distance <= 25.0
+        if distance > 25.0 and not damped_restart:
+            # far from the mode (e.g. a poor map_point): plain Newton steps on all rows may
+            # overshoot, so restart with damped Newton on the cheap subsample objective
+            theta, damped_restart = _newton(restart_objective, theta, tolerance=1e-3,
+                                            max_steps=60)[0], True
+            continue
         theta = theta + frame.newton_step(g_post)
     profile["full_data_passes_s"] = time.perf_counter() - t_pass
     passes = data_pass.n_passes - passes_before

@@ -155,3 +155,39 @@ def test_ill_conditioned_posterior_matches_the_laplace_scale(ill_conditioned_ste
     b = idata.posterior["b"].values[0]
     sd_ratio = b.std(axis=0) / np.sqrt(np.diag(step.frame.cov))
     assert np.all((sd_ratio > 0.8) & (sd_ratio < 1.25)), sd_ratio
+
+
+# ---------------------------------------------------------------- the reference fit (MAP)
+def test_reference_is_a_mode_on_ill_conditioned_data(ill_conditioned_step):
+    """Newton passes reach the mode: the whitened gradient there is within tolerance.
+
+    Checked independently of the fit: the log-posterior gradient at θ̂ from PyMC's own
+    compiled dlogp, whitened with the step's frame.
+    """
+    _, _, model, step = ill_conditioned_step
+    assert step.reference.newton_distance <= 0.05
+    assert step.reference.full_data_passes <= 12  # N = 1e4: Newton on all rows
+    dlogp = model.compile_dlogp()(step.likelihood.unravel(step.theta_hat))
+    assert np.linalg.norm(step.frame.whiten_gradient(dlogp)) <= 0.05
+
+
+def test_a_map_point_that_is_not_a_mode_is_refined_with_a_warning(ill_conditioned_step, caplog):
+    X, y, model, step = ill_conditioned_step
+    off = step.likelihood.unravel(step.theta_hat + 30 * np.sqrt(np.diag(step.frame.cov)))
+    with model, caplog.at_level("WARNING", logger="pymc_subsample"):
+        refined = pms.MHSS(map_point=off)
+    assert "was not a posterior mode" in caplog.text
+    # both are within 0.05 posterior sd (Newton distance) of the mode
+    assert np.linalg.norm(step.frame.whiten(refined.theta_hat)) < 0.1
+
+
+def test_a_model_without_a_mode_is_refused():
+    """A flat direction (duplicated column, flat priors): no mode, a clear error."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=2000)
+    y = rng.binomial(1, 0.5, size=2000)
+    with pm.Model():
+        b = pm.Flat("b", shape=2)
+        pm.Bernoulli("y", logit_p=pm.Data("X", np.column_stack([x, x])) @ b, observed=y)
+        with pytest.raises(pms.SubsamplingModelError, match="No posterior mode|not positive"):
+            pms.MHSS()
