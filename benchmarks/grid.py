@@ -11,11 +11,10 @@ Methods per cell:
 - ``HMCECS``: NumPyro's HMCECS with Taylor control variates at the MAP (``hmcecs.py`` here);
 - ``MHSS``: ``pms.MHSS(proposal=name)`` for each name in ``--proposals``.
 
-The headline is the whole wall time (setup + compile + tuning + draws) linearly extrapolated
-to a minimum bulk ESS of 1000, ``(setup_s + sampling_s) · 1000 / ess_bulk``; a ``*`` marks a
-run whose bulk ESS was below 1000, so that its figure lies beyond what it ran. That formula
-scales the setup with the run (up when ESS < 1000, down when ESS > 1000), so the table also
-gives ``setup_s + sampling_s · 1000 / ess_bulk``, each setup counted once. One chain per
+The headline is the whole wall time (setup + compile + tuning + draws) to a minimum bulk ESS
+of 1000, ``setup_s + sampling_s · 1000 / ess_bulk``: the setup paid once, the sampling
+(tuning included) scaled linearly; a ``*`` marks a run whose bulk ESS was below 1000, so that
+its figure lies beyond what it ran. One chain per
 method, methods one after another. ``--out DIR`` writes ``grid.md``, ``grid.csv`` and
 ``grid.png`` (log-log time to ESS 1000 against N, per method and d).
 

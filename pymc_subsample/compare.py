@@ -437,9 +437,9 @@ def compare(
 
     The headline column is ``time_to_ess1000_s``: the whole wall time of a method (building
     its step, compiling, tuning and drawing) linearly extrapolated to a minimum bulk ESS of
-    1000, ``(setup_s + sampling_s) · 1000 / ess_bulk``. It is an extrapolation, not a
-    measurement: a run with a bulk ESS below 1000 has its setup scaled up with it, one above
-    1000 its setup scaled down.
+    1000, ``setup_s + sampling_s · 1000 / ess_bulk``: the setup is paid once, the sampling
+    (tuning included) is scaled linearly. It is an extrapolation, not a measurement, whenever
+    the run's bulk ESS is not 1000.
 
     Parameters
     ----------

@@ -317,6 +317,10 @@ class SubsampledLikelihood:
         self._trust_input = all(v.dtype == "float64" for v in self.value_vars)
         self._check_free_variables(model)
         self.initial_point = model.initial_point()
+        # the arrays the setup saw: pm.set_data replaces them (see check_data_unchanged)
+        self._data_seen = {
+            v: v.get_value(borrow=True) for v in model.data_vars if isinstance(v, SharedVariable)
+        }
         self.n_rows = self._find_data_axis(model)
         self._check_latent_rows(model)
 
@@ -353,6 +357,23 @@ class SubsampledLikelihood:
         self.theta_new = theta_new
         self.diff_graph = self.at(self.terms, theta_new) - self.terms
         self._check_rows_independent()
+
+    def check_data_unchanged(self) -> None:
+        """Refuse to sample after ``pm.set_data`` replaced data the setup was computed on.
+
+        The reference point, the control variates' sums, the bounds' row constants and any
+        data expression folded at setup all belong to the old data; sampling on would draw from
+        neither posterior. The check is by identity of the arrays (``pm.set_data`` makes new
+        ones), a few pointer comparisons per chain.
+        """
+        changed = [v.name for v, value in self._data_seen.items()
+                   if v.get_value(borrow=True) is not value]
+        if changed:
+            raise SubsamplingModelError(
+                f"The data {changed} changed (pm.set_data) after the subsampling step was "
+                "built: its reference point, control-variate sums and bounds belong to the old "
+                "data. Build the step again after pm.set_data, inside the model context."
+            )
 
     # ------------------------------------------------------------------ compiled functions
     def compile(self, inputs: list[Variable], outputs, *, once: bool = False):
@@ -730,17 +751,22 @@ class SubsampledLikelihood:
         return logp
 
     def _check_prior_free_of_data(self, logp0) -> None:
-        rows = [
-            v
-            for v in ancestors([logp0])
-            if _is_data_leaf(v) and _leaf_value(v).shape[0] == self.n_rows and self.n_rows > 1
-        ]
+        def row_data(graph):
+            return [v for v in ancestors([graph])
+                    if _is_data_leaf(v) and _leaf_value(v).shape[0] == self.n_rows
+                    and self.n_rows > 1]
+
+        rows = row_data(logp0)
         if rows:
+            # name the term: each Potential, or the free variable whose prior uses the data
+            users = [f"the pm.Potential '{t.name}'" for t in self.model.potentials
+                     if row_data(t)]
+            users += [f"the prior of '{t.name}'" for t in self.model.free_RVs if row_data(t)]
+            where = users[0] if users else "a pm.Potential or a prior"
             raise SubsamplingModelError(
-                f"A term outside the observed variables (a pm.Potential or a prior) uses the "
-                f"row data '{_data_name(rows[0])}'. Subsampling can only see per-row terms of "
-                "observed variables: express that term as an observed variable, or sample with "
-                "NUTS."
+                f"A term outside the observed variables, {where}, uses the row data "
+                f"'{_data_name(rows[0])}'. Subsampling can only see per-row terms of observed "
+                "variables: express that term as an observed variable, or sample with NUTS."
             )
 
     def _model_row_terms(self) -> list[Variable]:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pymc_subsample.control_variates import TaylorControlVariate, validate_cv_order
+from pymc_subsample.control_variates import (
+    GenericPass,
+    TaylorControlVariate,
+    validate_cv_order,
+)
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.glm import detect_glm_terms
 from pymc_subsample.likelihood import SubsampledLikelihood
@@ -48,6 +52,22 @@ def test_sums_and_remainders_match_analytic_taylor(setup, order):
             a, a1 = X[idx] @ (t0 - theta_hat), X[idx] @ (t1 - theta_hat)
             r_hat += 0.5 * (-w[idx] * a1**2 + w[idx] * a**2)
         np.testing.assert_allclose(cv.remainder(t0, t1, idx), r - r_hat, rtol=1e-7, atol=1e-13)
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_generic_pass_hessian_matches_analytic(setup, exact):
+    """Autodiff Jacobian to rounding; central differences of the gradient to ~ε^(2/3)."""
+    X, y, lik, theta_hat = setup
+    data_pass = GenericPass(lik, exact_hessian=exact)
+    for theta in (theta_hat, np.array([1.5, -4.0, 1e-4])):
+        res = data_pass.full(theta)
+        g, w = _logistic_pieces(X, y, theta)
+        np.testing.assert_allclose(res.loglik, _loglik(X, y, theta).sum(), rtol=1e-12)
+        np.testing.assert_allclose(res.grad, g.sum(axis=0), rtol=1e-10)
+        hess = -(X * w[:, None]).T @ X
+        np.testing.assert_allclose(res.hess, hess, rtol=1e-10 if exact else 1e-7,
+                                   atol=1e-12 * np.abs(hess).max())
+    assert data_pass.n_passes == 2
 
 
 @pytest.mark.parametrize("order", [1, 2])

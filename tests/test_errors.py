@@ -6,6 +6,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+from pymc.sampling.parallel import ParallelSamplingError
 
 import pymc_subsample as pms
 from pymc_subsample.errors import SubsamplingModelError
@@ -246,3 +247,20 @@ def test_data_expression_with_nan():
         pm.Bernoulli("y", logit_p=((Xd - Xd.mean(0)) / Xd.std(0)) @ b, observed=Y)
     with pytest.raises(SubsamplingModelError, match=r"data \['X'\].*'y'.*NaN.*constant column"):
         SubsampledLikelihood(model)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_set_data_after_the_step_is_built(cores):
+    """pm.set_data after building the step: refused at the chain's start, naming the data."""
+    model = _logistic()
+    with model:
+        step = pms.BarkerMinibatch(batch_size=10)
+        pm.set_data({"X": RNG.normal(size=(60, 2))})
+        # with cores=2 PyMC re-raises the worker's error as a ParallelSamplingError
+        with pytest.raises((SubsamplingModelError, ParallelSamplingError),
+                           match=r"\['X'\] changed.*pm.set_data.*again"):
+            pm.sample(5, tune=5, chains=2, cores=cores, step=step, progressbar=False,
+                      compute_convergence_checks=False, random_seed=1)
+        # built after set_data, the step samples
+        pm.sample(5, tune=5, chains=1, step=pms.BarkerMinibatch(batch_size=10),
+                  progressbar=False, compute_convergence_checks=False, random_seed=1)

@@ -88,7 +88,7 @@ def test_bias_visibly_larger_at_epsilon_02(problem, run):
 
 # The SGLD proposal: minibatch gradients are noisy, so steps are small and mixing is slow;
 # a 500-row gradient batch and a 0.3 acceptance target keep the Monte Carlo error manageable.
-SGLD = dict(proposal="langevin", gradient_batch_size=500, target_accept=0.3, draws=4000)
+SGLD = dict(proposal="langevin", gradient_batch_size=500, target_accept=0.3, draws=2500)
 
 
 def test_sgld_correction_exact_with_epsilon_zero(problem, run):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars, StatsType
+from pymc.initial_point import make_initial_point_fn
 from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence, StepMethodState
 from pymc.step_methods.state import dataclass_state
@@ -113,8 +114,9 @@ class SubsamplingStep(ArrayStepShared):
         Where each chain starts. ``"laplace"`` (default, when a reference point exists): a draw
         from the Laplace approximation ``N(θ̂, V)``, like NUTS's jittered initialisation;
         PyMC's own initial point is often so far from the posterior of tall data that the
-        first thousands of iterations would read all rows. ``"pymc"``: PyMC's initial point
-        (``initvals``).
+        first thousands of iterations would read all rows. A chain given ``initvals`` (in
+        ``pm.sample`` or as a variable's ``initval``) starts there all the same. ``"pymc"``:
+        always PyMC's initial point.
     map_tolerance : float
         Newton distance (posterior standard deviations) below which ``θ̂`` counts as a mode.
     compile_kwargs : dict, optional
@@ -274,6 +276,7 @@ class SubsamplingStep(ArrayStepShared):
         self._cached_phi: np.ndarray | None = None
         self._cached_logp0 = 0.0
         self.init = init if self.reference is not None else "pymc"
+        self._pymc_default_start = self._default_start(model)
         self.chain_started = False
         profile["setup_s"] = time.perf_counter() - t_start
         profile["full_data_passes"] = self.reference.full_data_passes if self.reference else 0
@@ -286,7 +289,19 @@ class SubsamplingStep(ArrayStepShared):
         try:
             return GLMPass(self.likelihood)
         except SubsamplingModelError:
-            return GenericPass(self.likelihood)
+            # only the order-2 control variates need Σ H_i exact; the Laplace frame and
+            # Newton's method do with differences of the gradient, much cheaper to compile
+            return GenericPass(self.likelihood, exact_hessian=self.cv_order == 2)
+
+    def _default_start(self, model: pm.Model) -> np.ndarray:
+        """PyMC's initial point without any initial value a user set (``θ`` of the support
+        points). A chain handed another start point was given ``initvals`` (in ``pm.sample``
+        or on a variable), and ``init="laplace"`` keeps it."""
+        if all(model.rvs_to_initial_values.get(rv) is None for rv in model.free_RVs):
+            return self.likelihood.ravel(self.likelihood.initial_point)
+        overrides = {rv: None for rv in model.free_RVs}
+        point = make_initial_point_fn(model=model, overrides=overrides)(0)
+        return self.likelihood.ravel(point)
 
     def _bound_order(self) -> int | None:
         """Taylor order of the whitened row constants the reference fit should compute."""
@@ -388,8 +403,10 @@ class SubsamplingStep(ArrayStepShared):
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         theta = q0.data
         if not self.chain_started:
+            self.likelihood.check_data_unchanged()
             self.chain_started = True
-            if self.init == "laplace":
+            if self.init == "laplace" and np.allclose(theta, self._pymc_default_start,
+                                                      rtol=1e-6, atol=1e-12):
                 theta = self.frame.unwhiten(self.rng_proposal.standard_normal(self.likelihood.dim))
         esjd_tuning = self.tune and self._adapt and self._adapter is None
         if esjd_tuning:

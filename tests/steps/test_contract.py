@@ -257,3 +257,24 @@ def test_user_bound_callables_reproduce_the_automatic_bound(logistic):
     np.testing.assert_array_equal(a.posterior["b"], b.posterior["b"])
     np.testing.assert_array_equal(a.sample_stats["n_data"], b.sample_stats["n_data"])
     assert int(b.sample_stats["clipped"].sum()) == 0
+
+
+@pytest.mark.parametrize("name", STEP_IDS)
+def test_initvals_are_honoured_by_the_laplace_start(logistic, name):
+    """init="laplace" draws the start from N(θ̂, V) unless the chain was given initvals."""
+    model, _ = logistic
+    cls, kwargs = STEPS[name]
+    # a random walk too small to move far in one draw shows where the chain started
+    kwargs = {**kwargs, "proposal": "random_walk", "scaling": 1e-6, "tune": False}
+    kwargs.pop("target_accept", None)
+    with model:
+        step = cls(**kwargs)
+        start = {"b": np.array([0.3, -0.2, 0.1])}
+        given = pm.sample(1, tune=0, chains=1, step=step, random_seed=3, initvals=start,
+                          **SAMPLE)
+        default = pm.sample(1, tune=0, chains=1, step=step, random_seed=3, **SAMPLE)
+    np.testing.assert_allclose(given.posterior["b"].values[0, 0], start["b"], atol=1e-4)
+    first = default.posterior["b"].values[0, 0]
+    sd = np.sqrt(np.diag(step.frame.cov))
+    np.testing.assert_allclose(first, step.theta_hat, atol=8 * sd.max())
+    assert np.abs(first - step.likelihood.ravel(step.likelihood.initial_point)).max() > 1e-3
