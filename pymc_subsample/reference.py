@@ -37,6 +37,7 @@ import numpy as np
 import pymc as pm
 from pytensor.gradient import grad
 
+from pymc_subsample.control_variates import hessian_by_differences
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
 from pymc_subsample.likelihood import SubsampledLikelihood
@@ -99,15 +100,7 @@ class _PriorTerms:
     def __call__(self, theta: np.ndarray):
         theta = np.asarray(theta, dtype=np.float64)
         v, g = self._fn(theta)
-        steps = np.cbrt(np.finfo(np.float64).eps) * np.maximum(1.0, np.abs(theta))
-        h = np.empty((theta.size, theta.size))
-        for k in range(theta.size):
-            up, down = theta.copy(), theta.copy()
-            up[k] += steps[k]
-            down[k] -= steps[k]
-            h[:, k] = (np.asarray(self._fn(up)[1]) - np.asarray(self._fn(down)[1])) / (
-                up[k] - down[k])
-        return float(v), np.asarray(g), 0.5 * (h + h.T)
+        return float(v), np.asarray(g), hessian_by_differences(lambda t: self._fn(t)[1], theta)
 
 
 def fit_reference(
@@ -185,7 +178,6 @@ def fit_reference(
         def sub_objective(th):
             res = data_pass.full(th, idx_chunks=chunks, weight=n / n_sub)
             return log_post(th, res)
-
 
         if map_point is None:
             theta, prec = _newton(sub_objective, theta, tolerance=1e-3, max_steps=60)
