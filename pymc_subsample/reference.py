@@ -87,7 +87,7 @@ class ReferenceFit:
 class _PriorTerms:
     """``log p0``, its gradient and Hessian at one point (compiled once, no data).
 
-    The Hessian is by central differences of the autodiff gradient (``d`` evaluations of an
+    The Hessian is by central differences of the autodiff gradient (``2d`` evaluations of an
     O(d) function, accurate to about ``ε^{2/3}``): it only enters the Laplace precision, and
     compiling the autodiff Jacobian of even a Normal prior costs about 0.4 s of setup.
     """

@@ -276,7 +276,8 @@ class SubsamplingStep(ArrayStepShared):
         self._cached_phi: np.ndarray | None = None
         self._cached_logp0 = 0.0
         self.init = init if self.reference is not None else "pymc"
-        self._pymc_default_start = self._default_start(model)
+        # only init="laplace" asks where PyMC would start a chain (to spot user initvals)
+        self._pymc_default_start = self._default_start(model) if self.init == "laplace" else None
         self.chain_started = False
         profile["setup_s"] = time.perf_counter() - t_start
         profile["full_data_passes"] = self.reference.full_data_passes if self.reference else 0
