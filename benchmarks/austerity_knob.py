@@ -1,7 +1,7 @@
 """AusterityMH's bias knob ε on logistic regression: data read, wrong decisions, posterior error.
 
 Reproduces the measurements of Korattikara, Chen & Welling (2014), Figure 2, with and without
-control variates (ALGORITHMS.md §1 items 3 and 5). For each ε:
+control variates (``docs/methods/austerity.md``). For each ε:
 
 * ``data/test`` and ``wrong``: on the same fixed triples ``(θ, θ', u)`` for every ε — ``θ``
   drawn from the exact reference run, ``θ' = θ + (κ/√d)·chol(V)·z`` with the Laplace

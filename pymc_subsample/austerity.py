@@ -19,12 +19,13 @@ and the test stops as soon as ``δ < ε``, accepting iff ``l̄ > μ0``. Once all
 reads less data and biases the stationary distribution by at most ``Δmax / (1 − η)``
 (Theorem 1). Since ``δ ≤ 1/2``, any ``ε > 1/2`` decides after the first batch (Sec. 5.4).
 
-With control variates (ALGORITHMS.md §0, §1 item 5) the population is ``l_i − r̂_i`` and
-``Σ_i r̂_i / N`` moves into ``μ0``; :func:`austerity_mu0` takes it as ``cv_sum``.
+With control variates (``docs/methods/austerity.md``, "Control variates") the population is
+``l_i − r̂_i`` and ``Σ_i r̂_i / N`` moves into ``μ0``; :func:`austerity_mu0` takes it as ``cv_sum``.
 
-The finite-population factor follows ALGORITHMS.md §1, ``√(1 − (n − 1)/(N − 1))``; the paper's
-Eq. 3 writes ``√(1 − n/N)``. The two differ by a factor ``√(N/(N − 1))`` at most (the form
-used here is the slightly larger, i.e. more conservative, one) and both vanish at ``n = N``.
+The finite-population factor follows ``docs/methods/austerity.md``,
+``√(1 − (n − 1)/(N − 1))``; the paper's Eq. 3 writes ``√(1 − n/N)``. The two differ by a
+factor ``√(N/(N − 1))`` at most (the form used here is the slightly larger, i.e. more
+conservative, one) and both vanish at ``n = N``.
 
 References
 ----------
@@ -158,7 +159,7 @@ def austerity_mu0(
         Number of rows ``N``.
     cv_sum : float, optional
         ``Σ_i r̂_i``, the control-variate sum subtracted from the population
-        (ALGORITHMS.md §1 item 5); 0 without control variates.
+        (``docs/methods/austerity.md``); 0 without control variates.
 
     Returns
     -------

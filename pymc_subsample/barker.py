@@ -26,7 +26,7 @@ variance of ``Δ*`` by ``1/(1 − b/N)``, leaving the total noise short of ``σ�
 The kernel is pure NumPy and knows nothing about PyMC: the caller supplies the per-row
 differences as a function of row indices (divided by the temperature, and replaced by the
 control-variate residuals ``ξ_i`` with ``Σ r̂_i`` moved into ``log_ratio_rest`` when control
-variates are used; see ALGORITHMS.md §0 and §2).
+variates are used; see ``docs/methods/barker.md``, "Control variates").
 """
 
 from __future__ import annotations

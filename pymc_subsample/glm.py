@@ -6,7 +6,7 @@ Corollary 2 gives ``c_i = L(y_i)·‖x_i‖^{k+1}`` for Taylor order ``k`` (see 
 This module reads the family, the link and ``η`` off each observed variable's graph, checks
 that ``η`` is affine in the sampled vector ``θ`` and evaluates ``‖x_i‖`` for all rows once.
 
-Supported (ALGORITHMS.md §3.1): Bernoulli with a logistic link (``logit_p=η`` or
+Supported (``docs/methods/mhss.md``, "The bound"): Bernoulli with a logistic link (``logit_p=η`` or
 ``p=pm.math.sigmoid(η)``), Bernoulli with a probit link (``p=pm.math.invprobit(η)``),
 Poisson with mean ``softplus(η)`` (``pm.math.log1pexp`` / ``pt.softplus``), and Normal with
 identity mean and a fixed ``σ`` (a constant or per-row data, not a sampled parameter).

@@ -7,7 +7,7 @@ For data ``x_1..x_N`` that are independent given the parameters, the model's log
 where ``θ`` is the raveled vector of the sampled (transformed) value variables, ``ℓ_i`` is row
 ``i``'s log-likelihood summed over every observed variable, ``K`` the temperature and
 ``log p0`` every other term (priors, Jacobians of transforms, potentials). See
-``ALGORITHMS.md`` §0 of the project and Prado, Nemeth & Sherlock (2024), Sec. 2.
+``docs/methods/mhss.md`` ("Setting") and Prado, Nemeth & Sherlock (2024), Sec. 2.
 
 :class:`SubsampledLikelihood` finds the data axis in a PyMC model and compiles, once, PyTensor
 functions of ``(θ, idx)`` whose cost is proportional to ``len(idx)``: the observed variables'

@@ -17,7 +17,7 @@ nothing here knows about PyMC. One iteration (Algorithm 1, delayed-acceptance fo
    delayed-acceptance ratio ``Σ_i ξ_i`` on all rows, a counted fallback.
 
 Why it is exact: kept draws are independent ``B_i ~ Poisson(φ_i)`` and ``φ_i(θ',θ) = φ'_i``,
-so the Poisson ratio supplies the missing ``exp(Σ ξ_i)`` in expectation (ALGORITHMS.md §3).
+so the Poisson ratio supplies the missing ``exp(Σ ξ_i)`` in expectation (``docs/methods/mhss.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests for ``pymc_subsample.bounds``: the MHSS guard of ALGORITHMS.md Sec. 3.4.
+"""Tests for ``pymc_subsample.bounds``: the MHSS bound of ``docs/methods/mhss.md``.
 
 Every derivative below is written out analytically here, independently of ``bounds.py``, and is
 itself checked against finite differences of ``scipy.stats`` log-densities.

@@ -88,7 +88,7 @@ def test_unsupported_likelihoods_are_named(build, match):
     assert "'y'" in str(info.value) and "UserBound" in str(info.value)
 
 
-# ---------------------------------------------------------------- the guard of ALGORITHMS.md §3.4
+# ---------------------------------------------------------------- the bound of docs/methods/mhss.md
 _GUARD = {}
 
 

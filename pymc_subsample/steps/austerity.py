@@ -59,7 +59,7 @@ class AusterityMH(SubsamplingStep):
     (Theorem 1).
 
     With ``cv_order`` set, the population is the control-variate remainder
-    ``ξ_i = l_i − r̂_i`` and ``Σ_i r̂_i / N`` moves into ``μ0`` (ALGORITHMS.md §1 item 5): near
+    ``ξ_i = l_i − r̂_i`` and ``Σ_i r̂_i / N`` moves into ``μ0`` (``docs/methods/austerity.md``): near
     the mode the spread of ``ξ_i`` is orders of magnitude below that of ``l_i``, and so is the
     data read.
 
@@ -73,7 +73,8 @@ class AusterityMH(SubsamplingStep):
         Rows added per step of the test (``m``), in ``[1, N]``. The t-approximation needs the
         central limit theorem to hold for a batch: a few hundred rows (paper, Sec. 5.5).
     cv_order : {None, 1, 2}
-        Taylor control variates at the reference point (ALGORITHMS.md §0); ``None`` for none.
+        Taylor control variates at the reference point (``docs/methods/mhss.md``); ``None``
+        for none.
     temperature : float
         ``K > 0``; every ``ℓ_i`` is divided by ``K``.
     proposal : {"random_walk", "langevin"}
@@ -91,7 +92,7 @@ class AusterityMH(SubsamplingStep):
           correction (Eq. 14) and the mixture over minibatches keeps detailed balance. Cost:
           gradients of ``m_g`` rows at two points per iteration, on top of the test's rows.
         * ``"surrogate"``: the gradient of the second-order Taylor surrogate of the
-          log-likelihood at ``θ̂``, ``∇ log p0(θ) + G + H(θ − θ̂)`` (ALGORITHMS.md §0).
+          log-likelihood at ``θ̂``, ``∇ log p0(θ) + G + H(θ − θ̂)`` (``docs/methods/mhss.md``).
           Deterministic, O(d²) per evaluation, reads no data after the one setup pass that
           computes ``G`` and ``H`` (shared with the control variates when ``cv_order`` is set).
 

@@ -74,7 +74,7 @@ class BarkerMinibatch(SubsamplingStep):
     ``delta`` is given.
 
     With ``cv_order`` set, ``l_i`` is replaced by the control-variate remainder
-    ``ξ_i = l_i − r̂_i`` and ``Σ_i r̂_i`` moves into the data-free part (ALGORITHMS.md §0, §2):
+    ``ξ_i = l_i − r̂_i`` and ``Σ_i r̂_i`` moves into the data-free part (``docs/methods/barker.md``):
     near the mode ``var(ξ)`` is orders of magnitude below ``var(l)``, so ``s² < σ²`` holds for
     the first minibatch even at temperature 1 and efficient step sizes.
 
@@ -89,7 +89,8 @@ class BarkerMinibatch(SubsamplingStep):
     temperature : float
         ``K > 0``; every ``ℓ_i`` is divided by ``K``. ``s²`` scales as ``1/K²`` (Sec. 1).
     cv_order : {None, 1, 2}
-        Taylor control variates at the reference point (ALGORITHMS.md §0); ``None`` for none.
+        Taylor control variates at the reference point (``docs/methods/mhss.md``); ``None``
+        for none.
     delta : float, optional
         If given, in ``(0, 1)``: also grow the batch while the Corollary 1 estimate
         ``(6.4·E|Z|³ + 2·E|Z|)/√b`` exceeds it. The estimate is never below ``8.4/√b``, so
