@@ -23,7 +23,7 @@ import pytensor.tensor as pt
 from pytensor.gradient import Rop, grad, jacobian
 from pytensor.graph.replace import graph_replace
 
-from pymc_subsample.glm import PassResult, family_derivatives
+from pymc_subsample.glm import PassResult, family_terms
 from pymc_subsample.likelihood import SubsampledLikelihood
 
 __all__ = [
@@ -204,20 +204,26 @@ class TaylorControlVariate:
         return lik.diff_graph - r_hat
 
     def _glm_remainder_graph(self, glm_terms):
-        """``ξ_i`` for GLM rows: the model's own difference minus the Taylor terms in ``η``."""
+        """``ξ_i`` for GLM rows, all in ``η``: ``f(η'_i) − f(η_i)`` minus the Taylor terms.
+
+        ``f`` is the family's closed form (:func:`pymc_subsample.glm.family_terms`), which the
+        data pass checked against the model's own log-likelihood on all rows.
+        """
         lik = self.likelihood
         theta_hat = pt.constant(self.theta_hat, name="theta_hat")
-        r_hat = 0.0
+        xi = 0.0
         for term in glm_terms:
             eta_hat = lik.at(term.eta, theta_hat)
-            u = term.eta - eta_hat
-            u_new = lik.at(term.eta, lik.theta_new) - eta_hat
-            f1, f2 = family_derivatives(term, eta_hat)
+            eta_new = lik.at(term.eta, lik.theta_new)
+            f_cur = family_terms(term, term.eta)[0]
+            f_new = family_terms(term, eta_new)[0]
+            _, f1, f2 = family_terms(term, eta_hat)
+            u, u_new = term.eta - eta_hat, eta_new - eta_hat
             step = f1 * (u_new - u)
             if self.order == 2:
                 step = step + 0.5 * f2 * (u_new**2 - u**2)
-            r_hat = r_hat + step / lik.temperature
-        return lik.diff_graph - r_hat
+            xi = xi + (f_new - f_cur - step) / lik.temperature
+        return xi
 
     # ------------------------------------------------------------------ per iteration
     def estimate_sum(self, theta: np.ndarray, theta_new: np.ndarray) -> float:

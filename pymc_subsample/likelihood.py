@@ -351,7 +351,6 @@ class SubsampledLikelihood:
             start += size
         self.terms, self.logp0_graph = self.in_theta([terms, logp0])
 
-        self._terms_fn = self.compile([self.theta, self.idx], self.terms)
         self._logp0_fn = self.compile([self.theta], self.logp0_graph)
         theta_new = self.theta.type("theta_new")
         self.theta_new = theta_new
@@ -407,6 +406,11 @@ class SubsampledLikelihood:
     def loglik_diff(self, theta: np.ndarray, theta_new: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """``[ℓ_i(θ') − ℓ_i(θ)]/K`` for the rows ``idx``, in one call."""
         return self._diff_fn(theta, theta_new, idx)
+
+    @cached_property
+    def _terms_fn(self):
+        # compiled on first use: the steps' setup passes and iterations have their own
+        return self.compile([self.theta, self.idx], self.terms)
 
     @cached_property
     def _diff_fn(self):

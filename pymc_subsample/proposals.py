@@ -1,19 +1,25 @@
 r"""Proposals shared by every step, in the whitened coordinates of the Laplace frame.
 
 All proposals move ``φ = L⁻¹(θ − θ̂)`` (:mod:`pymc_subsample.frame`), in which the Laplace
-approximation is ``g = N(0, I)``; the steps map ``φ'`` back to ``θ'``. Each returns ``φ'`` and
-``log q(φ|φ') − log q(φ'|φ)``, which enters every acceptance test as part of its
-``log α`` (the Jacobian of the affine map cancels). The maths is in ``docs/methods/proposals.md``.
+approximation is ``g = N(μ, I)`` with ``μ`` near 0; the steps map ``φ'`` back to ``θ'``. Each
+returns ``φ'`` and ``log q(φ|φ') − log q(φ'|φ)``, which enters every acceptance test as part of
+its ``log α`` (the Jacobian of the affine map cancels). The maths is in
+``docs/methods/proposals.md``.
 
 - :class:`RandomWalkProposal`: ``φ' = φ + s·A z`` (``A = I`` for the Laplace frame, so in ``θ``
   it is the Laplace random walk ``θ' = θ + (κ/√d)·L z`` of Prado, Nemeth & Sherlock 2024,
   eq. (19)); symmetric.
-- :class:`PCNProposal`: preconditioned Crank–Nicolson, ``φ' = ρφ + √(1 − ρ²) z`` (Cornish et
-  al. 2019, Sec. 3.2). Reversible with respect to ``g``, so the q-ratio is
-  ``log g(φ) − log g(φ') = ½‖φ'‖² − ½‖φ‖²``. ``ρ → 1`` is a small random walk, ``ρ = 0`` the
-  independence sampler.
-- :class:`IndependenceProposal`: ``φ' ~ N(0, s²I)`` or a multivariate t with ``df`` degrees of
-  freedom and scale ``s``; q-ratio ``log g_s(φ) − log g_s(φ')``.
+- :class:`PCNProposal`: preconditioned Crank–Nicolson, ``φ' = μ + ρ(φ − μ) + √(1 − ρ²) z``
+  (Cornish et al. 2019, Sec. 3.2). Reversible with respect to ``g = N(μ, I)``, so the q-ratio is
+  ``log g(φ) − log g(φ') = ½‖φ' − μ‖² − ½‖φ − μ‖²``. ``ρ → 1`` is a small random walk,
+  ``ρ = 0`` the independence sampler.
+- :class:`IndependenceProposal`: ``φ' ~ N(μ, s²I)`` or a multivariate t with ``df`` degrees of
+  freedom, centre ``μ`` and scale ``s``; q-ratio ``log g_s(φ) − log g_s(φ')``.
+
+``μ`` is the Laplace mode in the frame, ``μ = L⁻¹(θ* − θ̂)`` with ``θ* = θ̂ + P⁻¹∇log π(θ̂)``
+one Newton step on from the reference point: ``θ̂`` (``φ = 0``) is a mode only to within
+``map_tolerance`` posterior sds, and the step puts the proposal's Gaussian where the posterior
+is (``docs/methods/reference.md``).
 - :class:`LangevinProposal`: a drift along a gradient estimate (MALA, or SGLD with a minibatch
   gradient; Korattikara, Chen & Welling 2014, Sec. 5.4).
 
@@ -99,20 +105,25 @@ class RandomWalkProposal:
 
 
 class PCNProposal:
-    """Preconditioned Crank–Nicolson ``φ' = ρφ + √(1 − ρ²) z`` around the Laplace frame.
+    """Preconditioned Crank–Nicolson ``φ' = μ + ρ(φ − μ) + √(1 − ρ²) z`` around ``N(μ, I)``.
 
     Parameters
     ----------
     dim : int
     rho : float
         Autocorrelation ``ρ ∈ [0, 1)``.
+    centre : ndarray, shape (d,), optional
+        ``μ``, the centre of the Gaussian the proposal is reversible for (zero by default: the
+        frame's ``θ̂``; the steps pass the Laplace mode, which may lie a fraction of a posterior
+        sd from ``θ̂``).
     """
 
     symmetric = False
     candidates: Sequence[float] = (0.0, 0.3, 0.5, 0.7, 0.85, 0.93, 0.97)
 
-    def __init__(self, dim: int, rho: float = 0.5) -> None:
+    def __init__(self, dim: int, rho: float = 0.5, centre: np.ndarray | None = None) -> None:
         self.dim = int(dim)
+        self.centre = _centre(centre, self.dim)
         self.parameter = rho
 
     @property
@@ -128,14 +139,16 @@ class PCNProposal:
         self.rho = value
 
     def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
-        """Return ``φ'`` and ``log g(φ) − log g(φ') = ½(‖φ'‖² − ‖φ‖²)``."""
+        """Return ``φ'`` and ``log g(φ) − log g(φ') = ½(‖φ' − μ‖² − ‖φ − μ‖²)``."""
         z = rng.standard_normal(self.dim)
-        phi_new = self.rho * phi + np.sqrt(1.0 - self.rho**2) * z
-        return phi_new, 0.5 * float(phi_new @ phi_new - phi @ phi)
+        u = phi - self.centre
+        u_new = self.rho * u + np.sqrt(1.0 - self.rho**2) * z
+        return self.centre + u_new, 0.5 * float(u_new @ u_new - u @ u)
 
 
 class IndependenceProposal:
-    """Independence sampler ``φ' ~ N(0, s²I)``, or a multivariate t with ``df`` and scale ``s``.
+    """Independence sampler ``φ' ~ N(μ, s²I)``, or a multivariate t with ``df``, centre ``μ`` and
+    scale ``s``.
 
     Parameters
     ----------
@@ -144,13 +157,19 @@ class IndependenceProposal:
         ``s > 0`` (1: the Laplace approximation itself).
     df : float, optional
         Degrees of freedom of a multivariate t (heavier tails, safer for skewed posteriors).
+    centre : ndarray, shape (d,), optional
+        ``μ`` (zero by default), as for :class:`PCNProposal`.
     """
 
     symmetric = False
     candidates: Sequence[float] = (0.9, 1.0, 1.1, 1.25, 1.5)
 
-    def __init__(self, dim: int, scale: float = 1.0, df: float | None = None) -> None:
+    def __init__(
+        self, dim: int, scale: float = 1.0, df: float | None = None,
+        centre: np.ndarray | None = None,
+    ) -> None:
         self.dim = int(dim)
+        self.centre = _centre(centre, self.dim)
         if df is not None and not (np.isfinite(df) and df > 0):
             raise ValueError(f"df must be a positive number or None; got {df!r}")
         self.df = None if df is None else float(df)
@@ -170,7 +189,8 @@ class IndependenceProposal:
 
     def log_density(self, phi: np.ndarray) -> float:
         """``log g_s(φ)`` up to a constant that does not depend on ``φ``."""
-        r2 = float(phi @ phi) / self.scale**2
+        u = phi - self.centre
+        r2 = float(u @ u) / self.scale**2
         if self.df is None:
             return -0.5 * r2
         return -0.5 * (self.df + self.dim) * np.log1p(r2 / self.df)
@@ -180,7 +200,7 @@ class IndependenceProposal:
         z = rng.standard_normal(self.dim)
         if self.df is not None:
             z = z / np.sqrt(rng.chisquare(self.df) / self.df)
-        phi_new = self.scale * z
+        phi_new = self.centre + self.scale * z
         return phi_new, self.log_density(phi) - self.log_density(phi_new)
 
 
@@ -262,6 +282,15 @@ class LangevinProposal(RandomWalkProposal):
         return -0.5 * float(w @ w)
 
 
+def _centre(centre: np.ndarray | None, dim: int) -> np.ndarray:
+    if centre is None:
+        return np.zeros(dim)
+    centre = np.asarray(centre, dtype=np.float64)
+    if centre.shape != (dim,) or not np.all(np.isfinite(centre)):
+        raise ValueError(f"the proposal centre must be a finite vector of length {dim}")
+    return centre
+
+
 def make_proposal(
     kind: str,
     dim: int,
@@ -269,6 +298,7 @@ def make_proposal(
     cov: np.ndarray | None = None,
     parameter: float | None = None,
     df: float | None = None,
+    centre: np.ndarray | None = None,
 ):
     """Build the proposal named ``kind`` (one of :data:`PROPOSALS`) in whitened coordinates.
 
@@ -284,6 +314,9 @@ def make_proposal(
         Initial ``κ``, ``ρ`` or ``s`` (defaults 1.5, 0.5, 1.0).
     df : float, optional
         Independence proposal only: multivariate t degrees of freedom.
+    centre : ndarray, optional
+        pCN and independence: the centre ``μ`` of their Gaussian in whitened coordinates (the
+        Laplace mode ``L⁻¹(θ* − θ̂)``); zero if not given. The random walk has no centre.
     """
     if kind not in PROPOSALS:
         raise ValueError(f"proposal must be one of {PROPOSALS}; got {kind!r}")
@@ -295,9 +328,9 @@ def make_proposal(
             "proposals use the Laplace approximation"
         )
     if kind == "pcn":
-        return PCNProposal(dim, 0.5 if parameter is None else parameter)
+        return PCNProposal(dim, 0.5 if parameter is None else parameter, centre)
     if kind == "independence":
-        return IndependenceProposal(dim, 1.0 if parameter is None else parameter, df)
+        return IndependenceProposal(dim, 1.0 if parameter is None else parameter, df, centre)
     base = 1.0 if cov is not None else 1.0 / np.sqrt(dim)
     kappa = (1.0 if cov is not None else 1.5) if parameter is None else parameter
     return RandomWalkProposal(np.eye(dim) if cov is None else cov, kappa * base, base)

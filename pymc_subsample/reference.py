@@ -47,7 +47,7 @@ __all__ = ["ReferenceFit", "fit_reference"]
 _log = logging.getLogger("pymc_subsample")
 
 #: Default Newton distance (posterior standard deviations) below which ``θ̂`` is a mode.
-MODE_TOLERANCE = 0.05
+MODE_TOLERANCE = 0.25
 
 
 @dataclass
@@ -64,6 +64,10 @@ class ReferenceFit:
         Whitened MHSS constants ``c_i`` (when an order was asked for and the model is a GLM).
     newton_distance : float
         ``‖Lᵀ∇ log π(θ̂)‖`` at the end.
+    mode : ndarray, shape (d,)
+        The Laplace approximation's centre: ``θ̂`` plus the Newton step from it with the last
+        pass's gradient and Hessian (within ``newton_distance`` posterior sds of ``θ̂``, and,
+        Newton's method converging quadratically, much closer to the true mode).
     full_data_passes : int
         Passes over all N rows, the MAP's included.
     profile : dict
@@ -76,6 +80,7 @@ class ReferenceFit:
     hess_sum: np.ndarray
     row_constants: np.ndarray | None
     newton_distance: float
+    mode: np.ndarray
     full_data_passes: int
     profile: dict[str, float] = field(default_factory=dict)
 
@@ -95,7 +100,8 @@ class _PriorTerms:
     def __init__(self, lik: SubsampledLikelihood) -> None:
         # a flat prior has no θ in its graph: its derivatives are zero, not an error
         g0 = grad(lik.logp0_graph, lik.theta, disconnected_inputs="ignore")
-        self._fn = lik.compile([lik.theta], [lik.logp0_graph, g0], once=True)
+        # compiled for speed (not once=True): the differences call it 2d times per Hessian
+        self._fn = lik.compile([lik.theta], [lik.logp0_graph, g0])
 
     def __call__(self, theta: np.ndarray):
         theta = np.asarray(theta, dtype=np.float64)
@@ -231,12 +237,13 @@ def fit_reference(
             data_pass.n_passes - passes_before, distance, want_constants,
         )
         if distance <= tolerance:
+            mode = theta + frame.newton_step(g_post)
             if order is None:
-                result = (res, frame)
+                result = (res, frame, mode)
                 break
             if want_constants:
                 # the constants were whitened with the previous Hessian: keep that whitening
-                result = (res, LaplaceFrame(theta, whitening.precision))
+                result = (res, LaplaceFrame(theta, whitening.precision), mode)
                 break
             whitening, expect_converged = frame, True  # one more pass here, for the constants
             continue
@@ -261,7 +268,7 @@ def fit_reference(
             "(e.g. no collinear or all-zero covariate columns), or pass map_point= close to the "
             "mode."
         )
-    res, frame = result
+    res, frame, mode = result
     if map_point is not None and not np.array_equal(frame.theta_hat, lik.ravel(map_point)):
         _log.warning(
             "map_point was not a posterior mode (Newton step %.3g posterior sd); it was refined "
@@ -269,7 +276,7 @@ def fit_reference(
         )
     profile["reference_s"] = time.perf_counter() - t_start
     return ReferenceFit(
-        frame, res.loglik, res.grad, res.hess, res.row_constants, distance, passes, profile
+        frame, res.loglik, res.grad, res.hess, res.row_constants, distance, mode, passes, profile
     )
 
 

@@ -18,37 +18,53 @@ from pymc_subsample.proposals import (
 from pymc_subsample.tuning import ESJDTuner
 from tests.posterior import SAMPLE
 
-
-def _pcn_log_q(phi_to, phi_from, rho):
-    return stats.multivariate_normal(rho * phi_from, (1 - rho**2) * np.eye(phi_to.size)).logpdf(
-        phi_to
-    )
+CENTRES = [None, np.array([0.3, -0.2, 0.1])]
 
 
+def _pcn_log_q(phi_to, phi_from, rho, centre):
+    mean = centre + rho * (phi_from - centre)
+    return stats.multivariate_normal(mean, (1 - rho**2) * np.eye(phi_to.size)).logpdf(phi_to)
+
+
+@pytest.mark.parametrize("centre", CENTRES)
 @pytest.mark.parametrize("rho", [0.0, 0.4, 0.9])
-def test_pcn_ratio_is_the_reverse_over_forward_density(rho):
-    prop = PCNProposal(3, rho)
+def test_pcn_ratio_is_the_reverse_over_forward_density(rho, centre):
+    prop = PCNProposal(3, rho, centre=centre)
+    mu = np.zeros(3) if centre is None else centre
     rng = np.random.default_rng(1)
     for _ in range(20):
         phi = rng.normal(size=3) * 2
         phi_new, log_ratio = prop.propose(rng, phi)
-        expected = _pcn_log_q(phi, phi_new, rho) - _pcn_log_q(phi_new, phi, rho)
+        expected = _pcn_log_q(phi, phi_new, rho, mu) - _pcn_log_q(phi_new, phi, rho, mu)
         assert log_ratio == pytest.approx(expected, abs=1e-9)
 
 
+@pytest.mark.parametrize("centre", CENTRES)
 @pytest.mark.parametrize("df", [None, 4.0])
-def test_independence_ratio_is_the_reverse_over_forward_density(df):
-    prop = IndependenceProposal(3, scale=1.3, df=df)
+def test_independence_ratio_is_the_reverse_over_forward_density(df, centre):
+    prop = IndependenceProposal(3, scale=1.3, df=df, centre=centre)
+    mu = np.zeros(3) if centre is None else centre
     dist = (
-        stats.multivariate_normal(np.zeros(3), 1.3**2 * np.eye(3))
+        stats.multivariate_normal(mu, 1.3**2 * np.eye(3))
         if df is None
-        else stats.multivariate_t(np.zeros(3), 1.3**2 * np.eye(3), df=df)
+        else stats.multivariate_t(mu, 1.3**2 * np.eye(3), df=df)
     )
     rng = np.random.default_rng(2)
     for _ in range(20):
         phi = rng.normal(size=3)
         phi_new, log_ratio = prop.propose(rng, phi)
         assert log_ratio == pytest.approx(dist.logpdf(phi) - dist.logpdf(phi_new), abs=1e-9)
+
+
+def test_centred_proposals_draw_around_their_centre():
+    centre = np.array([0.5, -1.0])
+    rng = np.random.default_rng(4)
+    pcn = PCNProposal(2, 0.0, centre=centre)  # ρ = 0: independent draws from N(μ, I)
+    draws = np.array([pcn.propose(rng, np.zeros(2))[0] for _ in range(4000)])
+    se = 1.0 / np.sqrt(draws.shape[0])
+    assert np.all(np.abs(draws.mean(axis=0) - centre) < 4.5 * se)
+    with pytest.raises(ValueError, match="centre"):
+        IndependenceProposal(2, centre=np.array([np.nan, 0.0]))
 
 
 def test_independence_t_draws_have_the_t_distribution():

@@ -256,7 +256,15 @@ class SubsamplingStep(ArrayStepShared):
         # the user's random-walk covariance in whitened coordinates: Δφ = RᵀΔθ
         r = self.frame.chol_precision
         cov_phi = None if cov is None else r.T @ cov @ r
-        self.proposal = make_proposal(proposal, lik.dim, cov=cov_phi, parameter=scaling, df=df)
+        # the Laplace mode in the frame: θ̂ is a mode only to within map_tolerance sds
+        self.laplace_centre = (
+            self.frame.whiten(self.reference.mode) if self.reference is not None
+            else np.zeros(lik.dim)
+        )
+        self.proposal = make_proposal(
+            proposal, lik.dim, cov=cov_phi, parameter=scaling, df=df,
+            centre=None if proposal == "random_walk" else self.laplace_centre,
+        )
         self.proposal_kind = proposal
         self._initial_parameter = self.proposal.parameter
         target = self.default_target_accept if target_accept is None else target_accept
@@ -408,7 +416,9 @@ class SubsamplingStep(ArrayStepShared):
             self.chain_started = True
             if self.init == "laplace" and np.allclose(theta, self._pymc_default_start,
                                                       rtol=1e-6, atol=1e-12):
-                theta = self.frame.unwhiten(self.rng_proposal.standard_normal(self.likelihood.dim))
+                theta = self.frame.unwhiten(
+                    self.laplace_centre + self.rng_proposal.standard_normal(self.likelihood.dim)
+                )
         esjd_tuning = self.tune and self._adapt and self._adapter is None
         if esjd_tuning:
             self.proposal.parameter = self._tuner.current()
