@@ -350,6 +350,9 @@ class SubsampledLikelihood:
             self._value_to_theta[var] = piece
             start += size
         self.terms, self.logp0_graph = self.in_theta([terms, logp0])
+        #: per observed variable (in :attr:`blocks` order), its untempered row terms on ``idx``
+        #: as graphs of ``θ``
+        self.block_terms = self.in_theta(row_terms)
 
         self._logp0_fn = self.compile([self.theta], self.logp0_graph)
         theta_new = self.theta.type("theta_new")

@@ -7,12 +7,14 @@ import pymc as pm
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.special import log_ndtr
+from scipy.stats import norm
 
 from pymc_subsample.bounds import derivative_bound, remainder_scale
 from pymc_subsample.control_variates import TaylorControlVariate
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import detect_glm_terms, glm_bound_constants
+from pymc_subsample.glm import GLMPass, detect_glm_terms, glm_bound_constants
 from pymc_subsample.likelihood import SubsampledLikelihood
 
 FAMILY_OF = {
@@ -117,7 +119,36 @@ def test_compiled_remainders_obey_the_bound(family, order, u, v, scale):
     xi = cv.remainder(theta, theta_new, np.arange(consts.size, dtype=np.int64))
     bound = consts * remainder_scale(theta, theta_new, theta_hat, order)
     finite = np.isfinite(xi)
-    # PyMC's invprobit computes 1 − Φ(η) by cancellation: its log-likelihood is -inf beyond
-    # |η| ≈ 8.3, where MHSS rejects (the model's density is zero there); elsewhere ξ is finite.
+    # the generic remainder uses the model's own terms, and PyMC's invprobit computes 1 − Φ(η)
+    # by cancellation: -inf beyond |η| ≈ 8.3 (the GLM remainder of the steps is stable, see
+    # test_probit_tails_are_exact_up_to_40); elsewhere ξ is finite.
     assert family == "probit" or finite.all()
     assert np.all(np.abs(xi[finite]) <= bound[finite] * (1 + 1e-7) + 1e-10)
+
+
+def test_probit_tails_are_exact_up_to_40():
+    """|η| up to 40 on the wrong side of y (log Φ down to -804): the data pass's sums and the
+    control variates' remainders use log Φ(±η) to full relative accuracy, where PyMC's own
+    log(1 − Φ(η)) is -inf beyond 8.3."""
+    eta = np.linspace(-40.0, 40.0, 161)
+    y = (eta < 0).astype(np.int64)  # every row on its unlikely side
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 10)
+        pm.Bernoulli("y", p=pm.math.invprobit(b * pm.Data("x", eta)), observed=y)
+    lik = SubsampledLikelihood(model)
+    glm_pass = GLMPass(lik)
+    sign = 2.0 * y - 1.0
+    # PyMC's invprobit divides by a float32 √2: its predictor is x·b·√2/fl32(√2)
+    x = eta * np.sqrt(2.0) / np.float64(np.float32(np.sqrt(2.0)))
+    for theta in (1.0, 0.5):
+        res = glm_pass.full(np.array([theta]))
+        expected = log_ndtr(sign * theta * x)
+        np.testing.assert_allclose(res.loglik, expected.sum(), rtol=1e-9)
+        # f' = ±φ(η)/Φ(±η): the inverse Mills ratio, about |η| far in the tail
+        mills = sign * np.exp(norm.logpdf(theta * x) - expected)
+        np.testing.assert_allclose(res.grad, [(mills * x).sum()], rtol=1e-9)
+    cv = TaylorControlVariate(lik, np.array([0.5]), 2, sums=(0.0, np.zeros(1), np.zeros((1, 1))),
+                              glm_terms=glm_pass.terms)
+    idx = np.arange(eta.size, dtype=np.int64)
+    xi = cv.remainder(np.array([1.0]), np.array([0.9]), idx)
+    assert np.all(np.isfinite(xi))

@@ -120,7 +120,8 @@ class AusterityMH(SubsamplingStep):
     ``p_value`` (the final ``δ``; 0 for an exact decision); ``exact_decision`` (all ``N`` rows
     were read, so the decision is the exact MH one; also True for a proposal of zero prior
     density or a non-finite Langevin gradient, rejected without reading data); ``scaling``
-    (κ, the scale relative to ``1/√d``).
+    (κ, the scale relative to ``1/√d``); ``non_finite`` (the prior, proposal ratio or a row term
+    read was NaN or infinite: the proposal was rejected).
 
     Index draws and ``u`` come from separate child streams of the step's generator; the
     Langevin minibatch comes from the proposal's stream.
@@ -168,6 +169,7 @@ class AusterityMH(SubsamplingStep):
         "n_batches": (np.int64, []),
         "p_value": (np.float64, []),
         "exact_decision": (bool, []),
+        "non_finite": (bool, []),
         "scaling": (np.float64, []),
     }
 
@@ -303,12 +305,12 @@ class AusterityMH(SubsamplingStep):
             cv_sum = 0.0
 
             def row_diffs(idx):
-                return self.likelihood.loglik_diff(theta, theta_new, idx)
+                return self._finite_or_reject(self.likelihood.loglik_diff(theta, theta_new, idx))
         else:
             cv_sum = cv.estimate_sum(theta, theta_new)
 
             def row_diffs(idx):
-                return cv.remainder(theta, theta_new, idx)
+                return self._finite_or_reject(cv.remainder(theta, theta_new, idx))
 
         mu0 = austerity_mu0(log_u, log_rest, 0.0, self.n_rows, cv_sum)
         return sequential_mh_test(

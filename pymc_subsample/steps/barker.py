@@ -121,7 +121,8 @@ class BarkerMinibatch(SubsamplingStep):
     variance estimate of ``Δ*`` at the decision, 0 when all rows were read); ``error_bound``
     (the Corollary 1 estimate for the final minibatch, 0 when all rows were read); ``scaling``
     (κ: the scale relative to ``1/√d`` for the Laplace proposal, the scale itself for a given
-    ``proposal_cov``).
+    ``proposal_cov``); ``non_finite`` (the prior, proposal ratio or a row term read was NaN or
+    infinite: the proposal was rejected).
 
     Target acceptance. Barker's acceptance ``1/(1 + e^{−Δ})`` is below Metropolis's
     ``min(1, e^Δ)`` everywhere (it tends to 1/2, not 1, as ``Δ → 0``), so the same step accepts
@@ -174,6 +175,7 @@ class BarkerMinibatch(SubsamplingStep):
         "n_data": (np.int64, []),
         "s2": (np.float64, []),
         "error_bound": (np.float64, []),
+        "non_finite": (bool, []),
         "scaling": (np.float64, []),
     }
 
@@ -232,8 +234,7 @@ class BarkerMinibatch(SubsamplingStep):
                 return cv.remainder(theta, theta_new, idx)
 
         def row_diffs(idx):
-            values = terms(idx)
-            return np.where(np.isnan(values), -np.inf, values)  # NaN density: reject
+            return self._finite_or_reject(terms(idx))  # NaN density: reject
 
         return barker_minibatch_test(
             row_diffs,

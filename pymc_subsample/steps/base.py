@@ -112,7 +112,8 @@ class SubsamplingStep(ArrayStepShared):
         For tuning: rows read that cost as much as one iteration's fixed overhead.
     init : {"laplace", "pymc"}
         Where each chain starts. ``"laplace"`` (default, when a reference point exists): a draw
-        from the Laplace approximation ``N(θ̂, V)``, like NUTS's jittered initialisation;
+        from the Laplace approximation ``N(θ*, V)`` (redrawn where the prior density is zero),
+        like NUTS's jittered initialisation;
         PyMC's own initial point is often so far from the posterior of tall data that the
         first thousands of iterations would read all rows. A chain given ``initvals`` (in
         ``pm.sample`` or as a variable's ``initval``) starts there all the same. ``"pymc"``:
@@ -283,6 +284,7 @@ class SubsamplingStep(ArrayStepShared):
         self._cached_theta: np.ndarray | None = None
         self._cached_phi: np.ndarray | None = None
         self._cached_logp0 = 0.0
+        self._non_finite = False
         self.init = init if self.reference is not None else "pymc"
         # only init="laplace" asks where PyMC would start a chain (to spot user initvals)
         self._pymc_default_start = self._default_start(model) if self.init == "laplace" else None
@@ -404,6 +406,25 @@ class SubsamplingStep(ArrayStepShared):
         self._cached_theta, self._cached_phi, self._cached_logp0 = theta.copy(), None, value
         return value
 
+    def _laplace_start(self, pymc_start: np.ndarray) -> np.ndarray:
+        """A draw from the Laplace approximation where the prior density is positive (a
+        Potential or a bounded prior may cut the Gaussian); PyMC's start after 100 tries."""
+        for _ in range(100):
+            phi = self.laplace_centre + self.rng_proposal.standard_normal(self.likelihood.dim)
+            theta = self.frame.unwhiten(phi)
+            if np.isfinite(self.likelihood.logp0(theta)):
+                return theta
+        return pymc_start
+
+    def _finite_or_reject(self, values: np.ndarray) -> np.ndarray:
+        """Row terms for a kernel, NaN read as ``-inf`` (zero density: the proposal is
+        rejected); any non-finite value is noted for the ``non_finite`` stat."""
+        values = np.asarray(values)
+        if not np.all(np.isfinite(values)):
+            self._non_finite = True
+            values = np.where(np.isnan(values), -np.inf, values)
+        return values
+
     def _phi(self, theta: np.ndarray) -> np.ndarray:
         if self._cached_phi is None or not np.array_equal(theta, self._cached_theta):
             self._cached_phi = self.frame.whiten(theta)
@@ -416,9 +437,7 @@ class SubsamplingStep(ArrayStepShared):
             self.chain_started = True
             if self.init == "laplace" and np.allclose(theta, self._pymc_default_start,
                                                       rtol=1e-6, atol=1e-12):
-                theta = self.frame.unwhiten(
-                    self.laplace_centre + self.rng_proposal.standard_normal(self.likelihood.dim)
-                )
+                theta = self._laplace_start(theta)
         esjd_tuning = self.tune and self._adapt and self._adapter is None
         if esjd_tuning:
             self.proposal.parameter = self._tuner.current()
@@ -427,9 +446,14 @@ class SubsamplingStep(ArrayStepShared):
         phi_new, log_q_ratio = self.proposal.propose(self.rng_proposal, phi)
         theta_new = self.frame.unwhiten(phi_new)
         logp0_new = self.likelihood.logp0(theta_new)
-        accepted, stats = self._decide(
-            theta, theta_new, logp0_new - logp0_cur + log_q_ratio, phi, phi_new
-        )
+        log_rest = logp0_new - logp0_cur + log_q_ratio
+        # one policy for all steps: a NaN or infinite prior, proposal or row term rejects the
+        # proposal (the kernels read NaN as zero density) and is counted in `non_finite`
+        self._non_finite = not np.isfinite(log_rest)
+        if np.isnan(log_rest):
+            log_rest = -np.inf
+        accepted, stats = self._decide(theta, theta_new, log_rest, phi, phi_new)
+        stats["non_finite"] = self._non_finite
         if accepted:
             self._cached_theta, self._cached_phi = theta_new, phi_new
             self._cached_logp0 = logp0_new

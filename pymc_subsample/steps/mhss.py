@@ -66,7 +66,8 @@ class MHSS(SubsamplingStep):
     Sampler stats per draw: ``accepted``, ``accept_stage1``, ``n_data`` (rows whose likelihood
     was evaluated), ``expected_rows`` (``C·M``; NaN when stage 1 rejected),
     ``full_data_fallback`` (``C·M ≥ N``: all rows used), ``clipped`` (thinning rates clipped
-    beyond rounding: a bound violation if ever > 0), ``scaling`` (κ).
+    beyond rounding: a bound violation if ever > 0), ``scaling`` (κ), ``non_finite`` (the prior,
+    proposal ratio or a row term read was NaN or infinite: the proposal was rejected).
 
     References
     ----------
@@ -98,6 +99,7 @@ class MHSS(SubsamplingStep):
         "expected_rows": (np.float64, []),
         "full_data_fallback": (bool, []),
         "clipped": (np.int64, []),
+        "non_finite": (bool, []),
         "scaling": (np.float64, []),
     }
 
@@ -149,7 +151,10 @@ class MHSS(SubsamplingStep):
 
     def _full_remainder_sum(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
         chunks = self.likelihood.row_chunks()
-        return float(sum(self.control_variate.remainder(theta, theta_new, c).sum() for c in chunks))
+        remainder = self.control_variate.remainder
+        return float(sum(
+            self._finite_or_reject(remainder(theta, theta_new, c)).sum() for c in chunks
+        ))
 
     def _decide(
         self,
@@ -163,7 +168,7 @@ class MHSS(SubsamplingStep):
         info = mhss_accept(
             log_rest + cv.estimate_sum(theta, theta_new),
             self._remainder_scale(theta, theta_new, phi, phi_new),
-            remainder=lambda idx: cv.remainder(theta, theta_new, idx),
+            remainder=lambda idx: self._finite_or_reject(cv.remainder(theta, theta_new, idx)),
             row_constants=self.row_constants,
             sampler=self.sampler,
             full_remainder_sum=lambda: self._full_remainder_sum(theta, theta_new),

@@ -278,3 +278,46 @@ def test_initvals_are_honoured_by_the_laplace_start(logistic, name):
     sd = np.sqrt(np.diag(step.frame.cov))
     np.testing.assert_allclose(first, step.theta_hat, atol=8 * sd.max())
     assert np.abs(first - step.likelihood.ravel(step.likelihood.initial_point)).max() > 1e-3
+
+
+# ---------------------------------------------------------------- one policy for non-finite values
+
+
+@pytest.mark.parametrize("name", STEP_IDS)
+def test_a_zero_prior_density_is_rejected_and_counted(logistic, name):
+    """A hard cut in a Potential: proposals beyond it have log p0 = -inf, are rejected and
+    counted in ``non_finite``; the chain never crosses the cut."""
+    _, map_point = logistic
+    X, y = glm_data(N_ROWS, 3, "logistic", seed=7)
+    cut = float(map_point["b"][0]) + 0.05
+    with pm.Model():
+        Xd = pm.Data("X", X)
+        b = pm.Normal("b", 0, 10, shape=3)
+        pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
+        pm.Potential("cut", pm.math.switch(b[0] > cut, -np.inf, 0.0))
+        cls, kwargs = STEPS[name]
+        idata = pm.sample(300, tune=0, chains=1, step=cls(map_point=map_point, **kwargs),
+                          random_seed=5, **SAMPLE)
+    stats = idata.sample_stats
+    non_finite = stats["non_finite"].values
+    assert non_finite.sum() > 10
+    assert not np.any(stats["accepted"].values & non_finite)
+    assert np.all(idata.posterior["b"].values[..., 0] <= cut)
+
+
+@pytest.mark.parametrize("cls", [pms.AusterityMH, pms.BarkerMinibatch])
+def test_nan_row_terms_are_rejected_and_counted(cls):
+    """``mu = log(c)`` is NaN for c < 0, where proposals often land: those proposals are
+    rejected (not an error mid-sample) and counted; every draw keeps c > 0."""
+    y = np.random.default_rng(3).normal(np.log(0.05), 1.0, size=50)
+    with pm.Model():
+        c = pm.Normal("c", 0.05, 1.0)
+        pm.Normal("y", mu=pm.math.log(c), sigma=1.0, observed=y)
+        step = cls(proposal_cov=np.array([[0.03**2]]), init="pymc", batch_size=10)
+        idata = pm.sample(300, tune=0, chains=1, step=step, random_seed=6, **SAMPLE)
+    stats = idata.sample_stats
+    non_finite = stats["non_finite"].values
+    assert non_finite.sum() > 10
+    assert not np.any(stats["accepted"].values & non_finite)
+    assert stats["accepted"].values.sum() > 10
+    assert np.all(idata.posterior["c"].values > 0)
