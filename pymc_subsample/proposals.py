@@ -15,13 +15,13 @@ its ``log α`` (the Jacobian of the affine map cancels). The maths is in
   ``ρ = 0`` the independence sampler.
 - :class:`IndependenceProposal`: ``φ' ~ N(μ, s²I)`` or a multivariate t with ``df`` degrees of
   freedom, centre ``μ`` and scale ``s``; q-ratio ``log g_s(φ) − log g_s(φ')``.
+- :class:`LangevinProposal`: a drift along a gradient estimate (MALA, or SGLD with a minibatch
+  gradient; Korattikara, Chen & Welling 2014, Sec. 5.4).
 
 ``μ`` is the Laplace mode in the frame, ``μ = L⁻¹(θ* − θ̂)`` with ``θ* = θ̂ + P⁻¹∇log π(θ̂)``
 one Newton step on from the reference point: ``θ̂`` (``φ = 0``) is a mode only to within
 ``map_tolerance`` posterior sds, and the step puts the proposal's Gaussian where the posterior
 is (``docs/methods/reference.md``).
-- :class:`LangevinProposal`: a drift along a gradient estimate (MALA, or SGLD with a minibatch
-  gradient; Korattikara, Chen & Welling 2014, Sec. 5.4).
 
 Each proposal has one tuned parameter, :attr:`parameter` (``κ``, ``ρ`` or ``s``), and the grid
 :attr:`candidates` that :class:`pymc_subsample.tuning.ESJDTuner` chooses from during tuning.
