@@ -277,9 +277,9 @@ class GLMPass:
     def _check_family(self, term: GLMTerm, model_sum: float, family_sum: float, n: int) -> None:
         """The control variates use the family's ``f``: it must be the model's likelihood.
 
-        Not for probit, whose ``f`` is the stable ``log Φ(±η)`` on purpose where PyMC's
-        ``log1p(−Φ(η))`` cancels (wrong beyond ``η ≈ 5``, ``-inf`` beyond 8.3); its link was
-        checked numerically by :func:`detect_glm_terms`.
+        Not for probit: the likelihood layer already gives its rows the stable ``log Φ(±η)``
+        (PyMC's ``log1p(−Φ(η))`` cancels: wrong beyond ``η ≈ 5``, ``-inf`` beyond 8.3), and its
+        link was checked numerically by :func:`detect_glm_terms`.
         """
         if term.family == "bernoulli_probit":
             return

@@ -34,6 +34,7 @@ from typing import NoReturn
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.distributions.dist_math import normal_lcdf
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.distributions.shape_utils import change_dist_size
 from pymc.pytensorf import compile as pm_compile
@@ -42,11 +43,15 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, toposort
+from pytensor.scalar.basic import Mul
+from pytensor.scalar.math import Erfc
 from pytensor.scan.op import Scan
-from pytensor.tensor.basic import get_scalar_constant_value
+from pytensor.tensor.basic import get_scalar_constant_value, get_underlying_scalar_constant_value
 from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import All, Any, Dot
+from pytensor.tensor.random.basic import BernoulliRV
 from pytensor.tensor.random.op import RandomVariable
 from pytensor.tensor.random.type import RandomType
 from pytensor.tensor.shape import Shape, Shape_i
@@ -68,6 +73,44 @@ _CHECK_SEED = 20240611
 _CHECK_ROWS = 16
 #: Standard deviation of the random move away from the initial point for the setup checks.
 _CHECK_STEP = 0.2
+
+
+def _probit_predictor(p: Variable) -> Variable | None:
+    """``η`` when ``p`` is PyMC's ``invprobit(η) = ½·erfc(−η/√2)`` (by its graph), else None."""
+    node = p.owner
+    if not (node is not None and isinstance(node.op, Elemwise)
+            and isinstance(node.op.scalar_op, Mul) and len(node.inputs) == 2):
+        return None
+    for half, other in (node.inputs, node.inputs[::-1]):
+        try:
+            if float(get_underlying_scalar_constant_value(half)) != 0.5:
+                continue
+        except NotScalarConstantError:
+            continue
+        inner = other.owner
+        if inner is not None and isinstance(inner.op, Elemwise) and isinstance(
+            inner.op.scalar_op, Erfc
+        ):
+            return -np.sqrt(2.0) * inner.inputs[0]
+    return None
+
+
+def _stable_probit_logp(rv: Variable, value: Variable) -> Variable | None:
+    """A probit Bernoulli's row terms as ``log Φ(±η)``, or None for any other variable.
+
+    PyMC's Bernoulli computes ``log(1 − p)`` by ``log1p(−Φ(η))``: inaccurate beyond
+    ``η ≈ 5`` and ``-inf`` beyond 8.3, where ``log Φ(−η)`` is finite (``docs/bad-inputs.md``).
+    """
+    if rv.owner is None or not isinstance(rv.owner.op, BernoulliRV):
+        return None
+    (p,) = rv.owner.op.dist_params(rv.owner)
+    eta = _probit_predictor(p)
+    if eta is None:
+        return None
+    y = pt.cast(value, "float64")
+    logp = normal_lcdf(0.0, 1.0, (2.0 * y - 1.0) * pt.cast(eta, "float64"))
+    logp = pt.switch(pt.eq(y, 0.0) | pt.eq(y, 1.0), logp, -np.inf)
+    return pt.broadcast_to(logp, value.shape)
 
 
 @dataclass(frozen=True)
@@ -740,6 +783,9 @@ class SubsampledLikelihood:
         return [first, second, first[:1].copy()]
 
     def _row_logp(self, block: ObservedBlock):
+        stable = _stable_probit_logp(block.rv, block.value)
+        if stable is not None:
+            return stable
         logp = pm.logp(block.rv, block.value)
         if any(isinstance(n.op, RandomVariable) for n in toposort([logp])):
             # a mixture's logp reads its components' shapes: without this rewrite every call
@@ -780,6 +826,12 @@ class SubsampledLikelihood:
         """The model's own per-row log density of each observed variable on all N rows."""
         out = []
         for rv, block in zip(self.model.observed_RVs, self.blocks, strict=True):
+            # the same stable probit as the indexed terms (PyMC's own cancels in the tails)
+            stable = _stable_probit_logp(rv, self.model.rvs_to_values[rv])
+            if stable is not None:
+                # the model's random variables in it stand for their value variables
+                out.extend(self.model.replace_rvs_by_values([stable]))
+                continue
             (logp,) = self.model.logp(vars=[rv], sum=False, jacobian=False)
             if logp.ndim == 0:
                 raise SubsamplingModelError(

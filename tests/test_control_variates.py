@@ -106,9 +106,9 @@ def test_glm_remainder_graph_equals_the_generic_one(family, order):
     glm = TaylorControlVariate(lik, theta_hat, order, glm_terms=detect_glm_terms(lik))
     rng = np.random.default_rng(order)
     idx = np.arange(300, dtype=np.int64)
-    # PyMC's probit computes log(1 − Φ) by cancellation; the GLM graph's stable log Φ differs
-    # from the autodiff of it at the 1e-8 level
-    atol = 1e-7 if family == "probit" else 1e-10
+    # probit: both use log Φ(±η), but PyMC's normal_lcdf switches formulas at -1 and the two
+    # graphs differentiate it along different paths (directional vs elementwise): 2e-7 apart
+    atol = 1e-6 if family == "probit" else 1e-10
     for _ in range(5):
         t0, t1 = theta_hat + 0.3 * rng.normal(size=3), theta_hat + 0.3 * rng.normal(size=3)
         np.testing.assert_allclose(glm.remainder(t0, t1, idx), generic.remainder(t0, t1, idx),

@@ -118,18 +118,15 @@ def test_compiled_remainders_obey_the_bound(family, order, u, v, scale):
     theta, theta_new = theta_hat + scale * u, theta_hat + scale * v
     xi = cv.remainder(theta, theta_new, np.arange(consts.size, dtype=np.int64))
     bound = consts * remainder_scale(theta, theta_new, theta_hat, order)
-    finite = np.isfinite(xi)
-    # the generic remainder uses the model's own terms, and PyMC's invprobit computes 1 − Φ(η)
-    # by cancellation: -inf beyond |η| ≈ 8.3 (the GLM remainder of the steps is stable, see
-    # test_probit_tails_are_exact_up_to_40); elsewhere ξ is finite.
-    assert family == "probit" or finite.all()
-    assert np.all(np.abs(xi[finite]) <= bound[finite] * (1 + 1e-7) + 1e-10)
+    # finite for every family: probit's row terms are log Φ(±η), not PyMC's cancelling form
+    assert np.all(np.isfinite(xi))
+    assert np.all(np.abs(xi) <= bound * (1 + 1e-7) + 1e-10)
 
 
 def test_probit_tails_are_exact_up_to_40():
-    """|η| up to 40 on the wrong side of y (log Φ down to -804): the data pass's sums and the
-    control variates' remainders use log Φ(±η) to full relative accuracy, where PyMC's own
-    log(1 − Φ(η)) is -inf beyond 8.3."""
+    """|η| up to 40 on the wrong side of y (log Φ down to -804): the data pass's sums, the
+    control variates' remainders and the likelihood's row terms use log Φ(±η), where PyMC's
+    own log(1 − Φ(η)) is -inf beyond 8.3."""
     eta = np.linspace(-40.0, 40.0, 161)
     y = (eta < 0).astype(np.int64)  # every row on its unlikely side
     with pm.Model() as model:
@@ -152,3 +149,7 @@ def test_probit_tails_are_exact_up_to_40():
     idx = np.arange(eta.size, dtype=np.int64)
     xi = cv.remainder(np.array([1.0]), np.array([0.9]), idx)
     assert np.all(np.isfinite(xi))
+    # the likelihood's own row terms too (what steps without control variates read)
+    diff = lik.loglik_diff(np.array([1.0]), np.array([0.9]), idx)
+    expected = log_ndtr(sign * 0.9 * x) - log_ndtr(sign * x)
+    np.testing.assert_allclose(diff, expected, rtol=1e-7, atol=1e-9)
