@@ -20,21 +20,24 @@ from dataclasses import dataclass
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from pymc.distributions.dist_math import normal_lcdf
 from pytensor.gradient import Rop, grad
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace, vectorize_graph
+from pytensor.graph.rewriting.basic import in2out, node_rewriter
+from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
-from pytensor.scalar.math import Erfc, Sigmoid, Softplus
+from pytensor.ifelse import ifelse
+from pytensor.scalar.math import Sigmoid, Softplus
 from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.math import Dot
 from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
-from scipy.special import ndtr
+from pytensor.tensor.variable import TensorConstant
 from threadpoolctl import threadpool_limits
 
 from pymc_subsample.bounds import glm_row_constants
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.likelihood import SubsampledLikelihood, probit_predictor, probit_row_logp
 
 __all__ = [
     "GLMPass",
@@ -127,12 +130,11 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             if isinstance(_scalar_op(p), Sigmoid):
                 family, eta = "bernoulli_logit", p.owner.inputs[0]
             else:
-                erfc = [v for v in ancestors([p]) if isinstance(_scalar_op(v), Erfc)]
-                if not erfc:
+                # the same reading as the likelihood layer's stable probit row terms
+                family, eta = "bernoulli_probit", probit_predictor(p)
+                if eta is None:
                     raise _unsupported(block.name, "its Bernoulli p is not sigmoid(eta) or "
                                        "invprobit(eta)")
-                family, eta = "bernoulli_probit", -np.sqrt(2.0) * erfc[0].owner.inputs[0]
-                _check_probit(lik, block.name, p, eta)
         elif isinstance(op, PoissonRV):
             (mu,) = params
             if not isinstance(_scalar_op(mu), Softplus):
@@ -163,21 +165,10 @@ def _family_logp(family: str, eta: Variable, y: Variable, sigma: Variable | None
         return pm.logp(pm.Bernoulli.dist(logit_p=eta), y)
     if family == "bernoulli_probit":
         # log Φ(±η) without the cancellation of 1 − Φ(η)
-        return normal_lcdf(0.0, 1.0, (2.0 * pt.cast(y, "float64") - 1.0) * eta)
+        return probit_row_logp(eta, y)
     if family == "poisson_softplus":
         return pm.logp(pm.Poisson.dist(mu=pt.softplus(eta)), y)
     return pm.logp(pm.Normal.dist(mu=eta, sigma=sigma), y)
-
-
-def _check_probit(lik: SubsampledLikelihood, name: str, p: Variable, eta: Variable) -> None:
-    """Make sure the erfc found in ``p`` really is ``Φ(η)`` (numerically, on a few rows)."""
-    p_theta, eta_theta = lik.in_theta([p, eta])
-    fn = lik.compile([lik.theta, lik.idx], [pt.broadcast_to(p_theta, eta_theta.shape), eta_theta])
-    idx = np.arange(min(lik.n_rows, 64), dtype=np.int64)
-    theta = lik.ravel(lik.initial_point) + 0.1
-    p_val, eta_val = fn(theta, idx)
-    if not np.allclose(p_val, ndtr(eta_val), rtol=1e-8, atol=1e-12):
-        raise _unsupported(name, "its Bernoulli p contains erfc but is not invprobit(eta)")
 
 
 @dataclass(frozen=True)
@@ -205,10 +196,10 @@ class PassResult:
 class GLMPass:
     """Passes over the data of a GLM model: sums for the MAP and control variates, and ``c_i``.
 
-    One compiled function of ``(θ, θ_probe, idx)`` returns, per chunk of rows and per observed
-    variable, the covariate rows ``x_i = ∂η_i/∂θ`` (autodiff of the affine predictor), the first
-    and second derivatives of the row log-likelihood ``f(η; y_i)`` in ``η``, and ``η`` at a probe
-    point (to check that ``η`` is affine). NumPy's BLAS then forms ``Σ f'_i x_i``,
+    One compiled function of ``(θ, idx)`` returns, per chunk of rows and per observed variable,
+    the covariate rows ``x_i = ∂η_i/∂θ`` (autodiff of the affine predictor, checked to be free
+    of ``θ``) and the first and second derivatives of the row log-likelihood ``f(η; y_i)`` in
+    ``η``. NumPy's BLAS then forms ``Σ f'_i x_i``,
     ``Σ f''_i x_i x_iᵀ`` and the whitened norms ``‖Lᵀx_i‖`` of the bound constants
     (``docs/methods/mhss.md``): O(N·d²) in BLAS products, several times faster than the generic
     Hessian of :func:`pymc_subsample.control_variates.loglik_sums`, and one pass gives both the
@@ -229,60 +220,54 @@ class GLMPass:
     def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
         self.lik = lik
         self.terms = detect_glm_terms(lik) if terms is None else terms
-        theta_probe = lik.theta.type("theta_probe")
         outputs = []
+        # the model's own terms are only evaluated when asked for (a lazy branch)
+        check, zero = pt.scalar("check", dtype="bool"), pt.constant(0.0, dtype="float64")
         for term, model_terms in zip(self.terms, lik.block_terms, strict=True):
             f, f1, f2 = family_terms(term, term.eta)
-            # the model's own sum, to check f against it (probit: not compared, see below)
-            checked = term.family != "bernoulli_probit"
             outputs += [
-                pt.cast(model_terms, "float64").sum() if checked else pt.constant(0.0),
+                ifelse(check, pt.cast(model_terms, "float64").sum(), zero),
                 f.sum(),
-                _rows_of_affine(term.eta, lik.theta),
+                _rows_of_affine(term.name, term.eta, lik.theta),
                 f1,
                 f2,
                 pt.cast(term.y, "float64"),
-                lik.at(term.eta, theta_probe) - term.eta,
             ]
-        self._fn = lik.compile([lik.theta, theta_probe, lik.idx], outputs)
+        self._fn = lik.compile([lik.theta, lik.idx, check], outputs)
         # the model's terms and the family's f round differently, more so in float32 models
         float64 = all(v.dtype == "float64" for v in lik.value_vars)
         self._family_rtol = 1e-8 if float64 else 1e-4
         self.n_passes = 0
-        self._probe_step = np.random.default_rng(20240611).normal(size=lik.dim)
 
-    def rows(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, list[tuple]]:
+    def rows(
+        self, theta: np.ndarray, idx: np.ndarray, *, check: bool = True
+    ) -> tuple[float, list[tuple]]:
         """Per-row pieces on the rows ``idx``: ``(Σ ℓ_i, [(x, f', f'', y) per variable])``.
+
+        ``check=True`` also evaluates the model's own log-likelihood on these rows and
+        compares its sum with the family's (:meth:`_check_family`).
 
         Raises
         ------
         SubsamplingModelError
-            If a linear predictor is not affine in the sampled parameters on these rows, or
-            the family's log-likelihood is not the model's.
+            If the family's log-likelihood is not the model's on these rows.
         """
-        out = self._fn(theta, theta + self._probe_step, idx)
+        out = self._fn(theta, idx, np.bool_(check))
         total, pieces = 0.0, []
         for j, term in enumerate(self.terms):
-            model_sum, family_sum, x, f1, f2, y, probe_diff = out[7 * j : 7 * j + 7]
-            self._check_family(term, float(model_sum), float(family_sum), len(idx))
+            model_sum, family_sum, x, f1, f2, y = out[6 * j : 6 * j + 6]
+            if check:
+                self._check_family(term, float(model_sum), float(family_sum), len(idx))
             total += float(family_sum)
-            x = np.asarray(x).reshape(len(idx), -1)
-            if not np.allclose(probe_diff, x @ self._probe_step, rtol=1e-6, atol=1e-6):
-                raise _unsupported(
-                    term.name, "its linear predictor is not affine in the sampled parameters"
-                )
-            pieces.append((x, f1, f2, y))
+            pieces.append((np.asarray(x).reshape(len(idx), -1), f1, f2, y))
         return total / self.lik.temperature, pieces
 
     def _check_family(self, term: GLMTerm, model_sum: float, family_sum: float, n: int) -> None:
         """The control variates use the family's ``f``: it must be the model's likelihood.
 
-        Not for probit: the likelihood layer already gives its rows the stable ``log Φ(±η)``
-        (PyMC's ``log1p(−Φ(η))`` cancels: wrong beyond ``η ≈ 5``, ``-inf`` beyond 8.3), and its
-        link was checked numerically by :func:`detect_glm_terms`.
+        For probit the model's rows are the likelihood layer's stable ``log Φ(±η)`` (PyMC's own
+        ``log1p(−Φ(η))`` cancels: wrong beyond ``η ≈ 5``, ``-inf`` beyond 8.3).
         """
-        if term.family == "bernoulli_probit":
-            return
         if not abs(model_sum - family_sum) <= self._family_rtol * (abs(model_sum) + n):
             raise SubsamplingModelError(
                 f"Observed variable '{term.name}' was read as a GLM ({term.family}), but its "
@@ -321,11 +306,15 @@ class GLMPass:
         full_data = idx_chunks is None
         total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
         consts = np.zeros(lik.n_rows) if order is not None else None
+        # the family's f is compared with the model's likelihood on every row once: on the
+        # subsample passes and the first full pass; f is a function of (η_i, y_i) alone, so
+        # later passes only change η
+        check = self.n_passes == 0
         # one BLAS thread: the products are thin (chunk × d), and a threaded BLAS on a busy or
         # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
         with threadpool_limits(limits=1, user_api="blas"):
             for chunk in lik.row_chunks() if full_data else idx_chunks:
-                s, pieces = self.rows(theta, chunk)
+                s, pieces = self.rows(theta, chunk, check=check)
                 total += s
                 for term, (x, f1, f2, y) in zip(self.terms, pieces, strict=True):
                     g += x.T @ f1
@@ -376,16 +365,40 @@ def family_terms(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable, Vari
     return pt.cast(f, "float64"), pt.cast(f1, "float64"), pt.cast(f2, "float64")
 
 
-def _rows_of_affine(eta: Variable, theta: Variable) -> Variable:
+def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
     """``∂η_i/∂θ`` as an (n, d) matrix: forward-mode derivatives along the d unit vectors.
 
     (Reverse mode would build an n×n identity; forward mode batched over the basis is one
-    product with the data.)
+    product with the data, and no product at all when that product is with the identity.)
+
+    Raises
+    ------
+    SubsamplingModelError
+        If ``η`` is not affine in ``θ``: its derivative still depends on ``θ`` once the graph
+        is simplified (a conservative test: it cannot pass a predictor that is not affine).
     """
     direction = theta.type("direction")
     along = Rop(eta, theta, direction, use_op_rop_implementation=False)
     basis = pt.eye(theta.type.shape[0], dtype="float64")
-    return vectorize_graph(along, {direction: basis}).T
+    rows = rewrite_graph(
+        vectorize_graph(along, {direction: basis}).T,
+        include=("canonicalize",),
+        custom_rewrite=in2out(_product_with_identity),
+    )
+    if theta in ancestors([rows]):
+        raise _unsupported(name, "its linear predictor is not affine in the sampled parameters")
+    return rows
+
+
+@node_rewriter([Dot])
+def _product_with_identity(fgraph, node):
+    """``A @ I → A`` for a constant identity ``I`` (the basis product in ``_rows_of_affine``)."""
+    a, b = node.inputs
+    if isinstance(b, TensorConstant) and b.ndim == 2:
+        value = b.data
+        if value.shape[0] == value.shape[1] and np.array_equal(value, np.eye(len(value))):
+            return [pt.cast(a, node.outputs[0].dtype)]
+    return None
 
 
 def _row_constants(

@@ -39,6 +39,7 @@ from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.distributions.shape_utils import change_dist_size
 from pymc.pytensorf import compile as pm_compile
 from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.gradient import grad
 from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.rewriting.utils import rewrite_graph
@@ -75,7 +76,7 @@ _CHECK_ROWS = 16
 _CHECK_STEP = 0.2
 
 
-def _probit_predictor(p: Variable) -> Variable | None:
+def probit_predictor(p: Variable) -> Variable | None:
     """``η`` when ``p`` is PyMC's ``invprobit(η) = ½·erfc(−η/√2)`` (by its graph), else None."""
     node = p.owner
     if not (node is not None and isinstance(node.op, Elemwise)
@@ -104,13 +105,17 @@ def _stable_probit_logp(rv: Variable, value: Variable) -> Variable | None:
     if rv.owner is None or not isinstance(rv.owner.op, BernoulliRV):
         return None
     (p,) = rv.owner.op.dist_params(rv.owner)
-    eta = _probit_predictor(p)
+    eta = probit_predictor(p)
     if eta is None:
         return None
     y = pt.cast(value, "float64")
-    logp = normal_lcdf(0.0, 1.0, (2.0 * y - 1.0) * pt.cast(eta, "float64"))
-    logp = pt.switch(pt.eq(y, 0.0) | pt.eq(y, 1.0), logp, -np.inf)
+    logp = pt.switch(pt.eq(y, 0.0) | pt.eq(y, 1.0), probit_row_logp(eta, y), -np.inf)
     return pt.broadcast_to(logp, value.shape)
+
+
+def probit_row_logp(eta: Variable, y: Variable) -> Variable:
+    """``log Φ(η)`` for ``y = 1`` and ``log Φ(−η)`` for ``y = 0``, stable in both tails."""
+    return normal_lcdf(0.0, 1.0, (2.0 * pt.cast(y, "float64") - 1.0) * pt.cast(eta, "float64"))
 
 
 @dataclass(frozen=True)
@@ -397,7 +402,6 @@ class SubsampledLikelihood:
         #: as graphs of ``θ``
         self.block_terms = self.in_theta(row_terms)
 
-        self._logp0_fn = self.compile([self.theta], self.logp0_graph)
         theta_new = self.theta.type("theta_new")
         self.theta_new = theta_new
         self.diff_graph = self.at(self.terms, theta_new) - self.terms
@@ -465,7 +469,18 @@ class SubsampledLikelihood:
 
     def logp0(self, theta: np.ndarray) -> float:
         """``log p0(θ)``: priors, transform Jacobians and potentials."""
-        return float(self._logp0_fn(theta))
+        return float(self._logp0_and_grad_fn(theta)[0])
+
+    def logp0_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        """``log p0(θ)`` and its gradient (one compiled function serves both methods)."""
+        value, gradient = self._logp0_and_grad_fn(theta)
+        return float(value), np.asarray(gradient)
+
+    @cached_property
+    def _logp0_and_grad_fn(self):
+        # a flat prior has no θ in its graph: its gradient is zero, not an error
+        gradient = grad(self.logp0_graph, self.theta, disconnected_inputs="ignore")
+        return self.compile([self.theta], [self.logp0_graph, gradient])
 
     def full_loglik(self, theta: np.ndarray) -> float:
         """``Σ_i ℓ_i(θ)/K`` over all N rows (setup and fallback use only; O(N))."""

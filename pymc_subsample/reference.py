@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
-from pytensor.gradient import grad
 
 from pymc_subsample.control_variates import hessian_by_differences
 from pymc_subsample.errors import SubsamplingModelError
@@ -89,24 +88,16 @@ class ReferenceFit:
         return self.frame.theta_hat
 
 
-class _PriorTerms:
-    """``log p0``, its gradient and Hessian at one point (compiled once, no data).
+def _prior_terms(lik: SubsampledLikelihood, theta: np.ndarray):
+    """``log p0``, its gradient and Hessian at one point (no data).
 
     The Hessian is by central differences of the autodiff gradient (``2d`` evaluations of an
     O(d) function, accurate to about ``ε^{2/3}``): it only enters the Laplace precision, and
     compiling the autodiff Jacobian of even a Normal prior costs about 0.4 s of setup.
     """
-
-    def __init__(self, lik: SubsampledLikelihood) -> None:
-        # a flat prior has no θ in its graph: its derivatives are zero, not an error
-        g0 = grad(lik.logp0_graph, lik.theta, disconnected_inputs="ignore")
-        # compiled for speed (not once=True): the differences call it 2d times per Hessian
-        self._fn = lik.compile([lik.theta], [lik.logp0_graph, g0])
-
-    def __call__(self, theta: np.ndarray):
-        theta = np.asarray(theta, dtype=np.float64)
-        v, g = self._fn(theta)
-        return float(v), np.asarray(g), hessian_by_differences(lambda t: self._fn(t)[1], theta)
+    theta = np.asarray(theta, dtype=np.float64)
+    v, g = lik.logp0_and_grad(theta)
+    return v, g, hessian_by_differences(lambda t: lik.logp0_and_grad(t)[1], theta)
 
 
 def fit_reference(
@@ -148,12 +139,11 @@ def fit_reference(
     """
     profile: dict[str, float] = {}
     t_start = time.perf_counter()
-    prior = _PriorTerms(lik)
     n, d = lik.n_rows, lik.dim
     passes_before = data_pass.n_passes
 
     def log_post(theta, res):
-        v, g, h = prior(theta)
+        v, g, h = _prior_terms(lik, theta)
         return v + res.loglik, g + res.grad, -(h + res.hess)
 
     if map_point is not None:
