@@ -44,6 +44,7 @@ from pytensor.graph.basic import Apply, Constant, Variable
 from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, toposort
+from pytensor.ifelse import ifelse
 from pytensor.scalar.basic import Mul
 from pytensor.scalar.math import Erfc
 from pytensor.scan.op import Scan
@@ -872,23 +873,35 @@ class SubsampledLikelihood:
         theta0 = self.ravel(self.initial_point)
         theta = theta0 + _CHECK_STEP * rng.standard_normal(self.dim)
         ours = self.in_theta(self._block_terms)
-        ours_fn = self.compile([self.theta, self.idx], ours, once=True)
-        ref_fn = self.compile([self.theta], self.in_theta(self._model_row_terms()), once=True)
-        ref = [np.asarray(r) for r in ref_fn(theta)]
-        if not all(np.all(np.isfinite(r)) for r in ref):
+        # one compiled function: our terms on the rows idx and, when asked for (a lazy branch),
+        # the model's own per-row terms on all rows
+        want_ref = pt.scalar("want_ref", dtype="bool")
+        refs = [
+            ifelse(want_ref, r, pt.zeros((0,), dtype=r.dtype))
+            for r in self.in_theta(self._model_row_terms())
+        ]
+        check_fn = self.compile([self.theta, self.idx, want_ref], [*ours, *refs], once=True)
+        first_chunk = next(iter(self.row_chunks()))
+
+        def evaluate(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list[np.ndarray]:
+            try:
+                return check_fn(theta, rows, np.bool_(with_ref))
+            except Exception as err:  # reported with the variable's name
+                self._raise_failed(ours, theta, rows, err)
+
+        out = evaluate(theta, first_chunk, True)
+        if not all(np.all(np.isfinite(r)) for r in out[len(ours):]):
             # the random point may leave a support: fall back to the initial point
             theta = theta0
-            ref = [np.asarray(r) for r in ref_fn(theta)]
+            out = evaluate(theta, first_chunk, True)
+        ref = [np.asarray(r) for r in out[len(ours):]]
         for j, block in enumerate(self.blocks):
             if ref[j].shape != (self.n_rows,):
                 self._raise_not_row_sum(block.name, f"its log density has shape {ref[j].shape}")
         # the first chunk and overlapping random subsets: a coupling changes terms on subsets,
         # so this needs no pass of our terms over all rows
-        for rows in [next(iter(self.row_chunks())), *self._probe_rows()]:
-            try:
-                values = ours_fn(theta, rows)
-            except Exception as err:  # reported with the variable's name
-                self._raise_failed(ours, theta, rows, err)
+        for k, rows in enumerate([first_chunk, *self._probe_rows()]):
+            values = out if k == 0 else evaluate(theta, rows, False)
             for j, block in enumerate(self.blocks):
                 got = np.asarray(values[j])
                 if got.shape != rows.shape:
