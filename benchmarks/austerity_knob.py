@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 import pymc as pm
 
+from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.steps.austerity import AusterityMH
 from pymc_subsample.steps.mhss import MHSS
 
@@ -45,24 +46,6 @@ warnings.filterwarnings("ignore")
 
 EPSILONS = (0.0, 0.001, 0.01, 0.05, 0.1, 0.2)
 SAMPLE = dict(progressbar=False, compute_convergence_checks=False)
-
-
-def logistic_data(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Intercept plus N(0,1) covariates, coefficients N(0, 1/d) (as in mhss_vs_nuts.py)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    X[:, 0] = 1.0
-    beta = rng.normal(size=d) / np.sqrt(d)
-    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(X @ beta))))
-    return X, y
-
-
-def logistic_model(X: np.ndarray, y: np.ndarray) -> pm.Model:
-    with pm.Model() as model:
-        Xd = pm.Data("X", X)
-        b = pm.Normal("b", 0.0, 10.0, shape=X.shape[1])
-        pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
-    return model
 
 
 def posterior_summary(idata) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,8 +129,7 @@ def chain_run(model, map_point, eps, cv_order, batch_size, draws, tune, chains, 
 
 
 def sweep(args) -> pd.DataFrame:
-    X, y = logistic_data(args.rows, args.dim, args.seed)
-    model = logistic_model(X, y)
+    model = glm_model(*glm_data(args.rows, args.dim, seed=args.seed))
     with model:
         map_point = pm.find_MAP(progressbar=False)
     ref_draws = args.ref_draws or (2000 if args.reference == "nuts" else 50_000)
@@ -184,8 +166,7 @@ def sweep(args) -> pd.DataFrame:
 def done_when(args) -> bool:
     """The issue's acceptance criteria at N = 5e4, ε = 0.01, batch 500."""
     n_rows = args.rows if args.rows_given else 50_000
-    X, y = logistic_data(n_rows, args.dim, args.seed)
-    model = logistic_model(X, y)
+    model = glm_model(*glm_data(n_rows, args.dim, seed=args.seed))
     with model:
         map_point = pm.find_MAP(progressbar=False)
     ref_idata = exact_reference(model, "nuts", args.ref_draws or 2000, args.chains, args.seed)

@@ -62,7 +62,7 @@ import pandas as pd
 import pymc as pm
 from scipy.stats import norm
 
-from pymc_subsample.datasets import GMM_SIGMA_X, gmm_data, gmm_model
+from pymc_subsample.datasets import GMM_SIGMA_X, glm_data, glm_model, gmm_data, gmm_model
 from pymc_subsample.steps.barker import BarkerMinibatch
 
 logging.getLogger("pymc").setLevel(logging.ERROR)
@@ -266,14 +266,7 @@ def gmm_main(args) -> None:
 def logistic_main(args) -> None:
     """Done-when check: BarkerMinibatch(cv_order=2) at temperature 1 against NUTS."""
     n_rows, dim = int(args.logistic_rows), args.logistic_dim
-    rng = np.random.default_rng(args.data_seed)
-    X = rng.normal(size=(n_rows, dim))
-    X[:, 0] = 1.0
-    beta = rng.normal(size=dim) / np.sqrt(dim)
-    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(X @ beta))))
-    with pm.Model():
-        b = pm.Normal("b", 0.0, 10.0, shape=dim)
-        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b, observed=y)
+    with glm_model(*glm_data(n_rows, dim, seed=args.data_seed)):
         t0 = time.perf_counter()
         ref = pm.sample(1000, tune=1000, chains=2, cores=1, random_seed=args.seed, **SAMPLE)
         t_nuts = time.perf_counter() - t0

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import pymc as pm
 
+from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.steps.austerity import AusterityMH
 
 logging.getLogger("pymc").setLevel(logging.ERROR)
@@ -45,15 +46,7 @@ SAMPLE = dict(progressbar=False, compute_convergence_checks=False, cores=1)
 
 
 def logistic_problem():
-    rng = np.random.default_rng(SEED)
-    X = rng.normal(size=(N, D))
-    X[:, 0] = 1.0
-    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-(X @ (rng.normal(size=D) / np.sqrt(D))))))
-    with pm.Model() as model:
-        Xd = pm.Data("X", X)
-        b = pm.Normal("b", 0.0, 10.0, shape=D)
-        pm.Bernoulli("y", logit_p=Xd @ b, observed=y)
-    return model
+    return glm_model(*glm_data(N, D, seed=SEED))
 
 
 def row(label, draws, ref, accept=np.nan, data=np.nan, grad_rows=0, seconds=np.nan):

@@ -26,7 +26,7 @@ product along the row axis of a parameter-dependent quantity) is refused, never 
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NoReturn
@@ -485,7 +485,15 @@ class SubsampledLikelihood:
 
     def full_loglik(self, theta: np.ndarray) -> float:
         """``Σ_i ℓ_i(θ)/K`` over all N rows (setup and fallback use only; O(N))."""
-        return float(sum(self.loglik_terms(theta, chunk).sum() for chunk in self.row_chunks()))
+        return self.sum_over_rows(lambda idx: self.loglik_terms(theta, idx))
+
+    def sum_over_rows(self, row_values: Callable[[np.ndarray], np.ndarray]) -> float:
+        """``Σ_i`` of per-row values over all N rows, computed chunk by chunk (O(N)).
+
+        ``row_values(idx)`` returns the values of the rows ``idx``; no N-sized array is formed.
+        The one full-data scalar sum of the package: setup checks, the steps' exact fallbacks.
+        """
+        return float(sum(np.sum(row_values(idx)) for idx in self.row_chunks()))
 
     def row_chunks(self, chunk_rows: int = SETUP_CHUNK_ROWS):
         """Yield consecutive int64 index arrays covering all N rows."""

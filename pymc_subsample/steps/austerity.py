@@ -326,7 +326,7 @@ class AusterityMH(SubsamplingStep):
         """``Σ_i l_i`` over all ``N`` rows: the exact MH test accepts iff it exceeds
         ``log u − log_rest`` (for checks and benchmarks; O(N))."""
         lik = self.likelihood
-        return float(sum(lik.loglik_diff(theta, theta_new, c).sum() for c in lik.row_chunks()))
+        return lik.sum_over_rows(lambda idx: lik.loglik_diff(theta, theta_new, idx))
 
     def _decide(
         self,

@@ -150,11 +150,10 @@ class MHSS(SubsamplingStep):
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
 
     def _full_remainder_sum(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
-        chunks = self.likelihood.row_chunks()
         remainder = self.control_variate.remainder
-        return float(sum(
-            self._finite_or_reject(remainder(theta, theta_new, c)).sum() for c in chunks
-        ))
+        return self.likelihood.sum_over_rows(
+            lambda idx: self._finite_or_reject(remainder(theta, theta_new, idx))
+        )
 
     def _decide(
         self,
