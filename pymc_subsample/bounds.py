@@ -71,12 +71,16 @@ import math
 
 import numpy as np
 from scipy.special import gammaln, log_ndtr
+from scipy.stats import chi2
 
 __all__ = [
     "FAMILIES",
+    "REGION_FAMILIES",
     "derivative_bound",
     "glm_loglik",
     "glm_row_constants",
+    "region_radius",
+    "region_row_constants",
     "remainder_scale",
 ]
 
@@ -85,7 +89,16 @@ FAMILIES: tuple[str, ...] = (
     "bernoulli_probit",
     "poisson_softplus",
     "normal_identity",
+    "poisson_log",
 )
+
+#: Families whose derivatives in ``η`` are unbounded: their constants hold on a region only
+#: (:func:`region_radius`, :func:`region_row_constants`).
+REGION_FAMILIES: tuple[str, ...] = ("poisson_log",)
+
+#: Probability, under the Laplace approximation, of a point outside the region (see
+#: :func:`region_radius`).
+REGION_TAIL = 1e-6
 
 # sup_eta |f''| and sup_eta |f'''| of the Bernoulli families (Theorem 3 and Remark 3).
 _LOGIT_L1 = 0.25
@@ -130,9 +143,9 @@ def _check_y(family: str, y: np.ndarray) -> np.ndarray:
     if family in ("bernoulli_logit", "bernoulli_probit"):
         if not np.all((y == 0.0) | (y == 1.0)):
             raise ValueError(f"family {family!r} needs y in {{0, 1}}")
-    elif family == "poisson_softplus":
+    elif family in ("poisson_softplus", "poisson_log"):
         if np.any(y < 0.0) or not np.all(y == np.floor(y)):
-            raise ValueError("family 'poisson_softplus' needs non-negative integer counts y")
+            raise ValueError(f"family {family!r} needs non-negative integer counts y")
     return y
 
 
@@ -176,6 +189,10 @@ def derivative_bound(
     """
     _check_family(family)
     _check_order(order)
+    if family in REGION_FAMILIES:
+        raise ValueError(
+            f"family {family!r} has no global derivative bound: use region_row_constants"
+        )
     sigma = _check_sigma(family, sigma)
     y = _check_y(family, y)
     if family == "bernoulli_logit":
@@ -340,7 +357,8 @@ def glm_loglik(
     :math:`\log\Phi(s\eta)` with :math:`s = 2y - 1`; ``poisson_softplus``: Poisson log-pmf with
     mean :math:`\mu = \log(1 + e^\eta)`; ``normal_identity``: normal log-density with mean
     :math:`\eta` and standard deviation ``sigma``. The values equal ``scipy.stats`` ``bernoulli``,
-    ``poisson`` and ``norm`` log-pmf/log-pdf, and stay finite where those underflow.
+    ``poisson`` and ``norm`` log-pmf/log-pdf, and stay finite where those underflow;
+    ``poisson_log``: Poisson log-pmf with mean :math:`e^\eta`.
 
     Parameters
     ----------
@@ -376,5 +394,59 @@ def glm_loglik(
         mu = np.logaddexp(0.0, eta)
         log_mu = _log_softplus(eta)
         return np.where(y > 0.0, y * log_mu, 0.0) - mu - gammaln(y + 1.0)
+    if family == "poisson_log":
+        return y * eta - np.exp(eta) - gammaln(y + 1.0)
     z = (y - eta) / sigma
     return -0.5 * z * z - math.log(sigma) - _HALF_LOG_2PI
+
+
+def region_radius(dim: int, tail: float = REGION_TAIL, margin: float = 1.0) -> float:
+    r"""Radius ``r`` of the region ``R = {θ : ‖φ‖ ≤ r}``, ``φ = L⁻¹(θ − θ̂)``.
+
+    Under the Laplace approximation ``φ ~ N(μ, I)`` with ``‖μ‖`` below the mode tolerance
+    (0.25 sd), so ``‖φ‖ ≤ ‖μ‖ + χ`` with ``χ² ~ χ²_d``: ``r = √(χ²_d(1 − tail)) + margin``
+    leaves a point outside ``R`` with probability below ``tail`` (10⁻⁶), and a move leaves it
+    at most twice as often. A larger ``r`` costs only a factor ``e^{r s_i}`` in ``c_i``,
+    close to 1 on tall data where ``s_i = ‖Lᵀx_i‖`` is small (``docs/methods/mhss.md``).
+    """
+    return float(np.sqrt(chi2.isf(tail, dim)) + margin)
+
+
+def region_row_constants(
+    family: str, order: int, xt_norm: np.ndarray, f2_hat: np.ndarray, radius: float
+) -> np.ndarray:
+    r"""Whitened row constants valid for every ``θ, θ'`` in ``R = {‖φ‖ ≤ r}``.
+
+    On ``R`` (convex, and containing ``θ̂``, so every point the Taylor remainders of
+    Corollary 2 visit), ``|η_i − η̂_i| = |x_iᵀLφ| ≤ s_i r`` with ``s_i = ‖Lᵀx_i‖``, so
+    ``L_k`` may be the supremum of ``|f^{(k+1)}|`` over that interval only. For
+    ``poisson_log`` (``f = yη − e^η − log y!``, whose second and third derivatives are both
+    ``−e^η``): ``L_1 = L_2 = e^{η̂_i + r s_i} = |f''(η̂_i)| e^{r s_i}``.
+
+    Parameters
+    ----------
+    family : str
+        One of :data:`REGION_FAMILIES`.
+    order : {1, 2}
+        Order of the Taylor control variate.
+    xt_norm : ndarray, shape (n,)
+        ``s_i = ‖Lᵀx_i‖``.
+    f2_hat : ndarray, shape (n,)
+        ``f''(η̂_i; y_i)`` at the reference point.
+    radius : float
+        ``r`` (:func:`region_radius`).
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        ``c_i = L_k s_i^{k+1}``, for use with ``M(φ, φ')`` of :func:`remainder_scale` while
+        ``‖φ‖, ‖φ'‖ ≤ r``.
+    """
+    _check_order(order)
+    if family not in REGION_FAMILIES:
+        raise ValueError(f"unknown region family {family!r}; expected one of {REGION_FAMILIES}")
+    if not (math.isfinite(radius) and radius > 0.0):
+        raise ValueError(f"radius must be finite and positive, got {radius!r}")
+    xt_norm = np.asarray(xt_norm, dtype=np.float64)
+    sup = np.abs(np.asarray(f2_hat, dtype=np.float64)) * np.exp(radius * xt_norm)
+    return sup * xt_norm ** (order + 1)

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
-FAMILIES = ("logistic", "probit", "poisson", "gaussian")
+FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log")
 
 
 def _check_family(family: str) -> None:
@@ -64,9 +64,9 @@ def glm_data(
         Number of rows ``N``.
     d : int
         Number of coefficients, the intercept included.
-    family : {"logistic", "probit", "poisson", "gaussian"}
+    family : {"logistic", "probit", "poisson", "gaussian", "poisson_log"}
         ``y ~ Bernoulli(logistic(η))``, ``Bernoulli(Φ(η))``, ``Poisson(softplus(η))`` (the
-        Poisson form of Prado et al. 2024, Sec. 5.3) or ``N(η, 1)``.
+        Poisson form of Prado et al. 2024, Sec. 5.3), ``N(η, 1)`` or ``Poisson(e^η)``.
     seed : int, optional
         Seed of the NumPy generator that draws ``X``, ``β`` and ``y``.
 
@@ -91,6 +91,8 @@ def glm_data(
         y = rng.binomial(1, ndtr(eta))
     elif family == "poisson":
         y = rng.poisson(np.logaddexp(0.0, eta))
+    elif family == "poisson_log":
+        y = rng.poisson(np.exp(eta))
     else:
         y = eta + rng.normal(size=n)
     return X, y
@@ -115,6 +117,8 @@ def glm_model(
             pm.Bernoulli("y", p=pm.math.invprobit(eta), observed=y)
         elif family == "poisson":
             pm.Poisson("y", mu=pm.math.log1pexp(eta), observed=y)
+        elif family == "poisson_log":
+            pm.Poisson("y", mu=pm.math.exp(eta), observed=y)
         else:
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
     return model

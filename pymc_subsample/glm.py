@@ -14,6 +14,7 @@ identity mean and a fixed ``σ`` (a constant or per-row data, not a sampled para
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.ifelse import ifelse
+from pytensor.scalar.basic import Exp
 from pytensor.scalar.math import Sigmoid, Softplus
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.math import Dot
@@ -34,7 +36,12 @@ from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
 from pytensor.tensor.variable import TensorConstant
 from threadpoolctl import threadpool_limits
 
-from pymc_subsample.bounds import glm_row_constants
+from pymc_subsample.bounds import (
+    REGION_FAMILIES,
+    glm_row_constants,
+    region_radius,
+    region_row_constants,
+)
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame
 from pymc_subsample.likelihood import SubsampledLikelihood, probit_predictor, probit_row_logp
@@ -91,10 +98,10 @@ def _scalar_op(var: Variable):
 def _unsupported(name: str, what: str) -> SubsamplingModelError:
     return SubsamplingModelError(
         f"MHSS has no automatic bound for observed variable '{name}': {what}. Supported: "
-        "Bernoulli with logit or probit link, Poisson with mean softplus(eta), Normal with "
-        "identity mean and fixed sigma, each with a linear predictor affine in the parameters. "
-        "Pass your own bound with MHSS(bound=pms.UserBound(...)), or use AusterityMH or "
-        "BarkerMinibatch, which need no bound."
+        "Bernoulli with logit or probit link, Poisson with mean softplus(eta) or exp(eta), "
+        "Normal with identity mean and fixed sigma, each with a linear predictor affine in "
+        "the parameters. Pass your own bound with MHSS(bound=pms.UserBound(...)), or use "
+        "AusterityMH or BarkerMinibatch, which need no bound."
     )
 
 
@@ -122,7 +129,7 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             )
         op = block.rv.owner.op
         if not isinstance(op, BernoulliRV | PoissonRV | NormalRV):
-            raise _unsupported(block.name, f"its family is {type(op).__name__}")
+            raise _unsupported(block.name, f"its family is {type(op).__name__.removesuffix('RV')}")
         params = op.dist_params(block.rv.owner)
         sigma = None
         if isinstance(op, BernoulliRV):
@@ -137,10 +144,14 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
                                        "invprobit(eta)")
         elif isinstance(op, PoissonRV):
             (mu,) = params
-            if not isinstance(_scalar_op(mu), Softplus):
-                raise _unsupported(block.name, "its Poisson mean is not softplus(eta) (the exp "
-                                   "link has no bounded third derivative)")
-            family, eta = "poisson_softplus", mu.owner.inputs[0]
+            if isinstance(_scalar_op(mu), Softplus):
+                family = "poisson_softplus"
+            elif isinstance(_scalar_op(mu), Exp):
+                family = "poisson_log"  # bounds on a region around θ̂ (bounds.region_radius)
+            else:
+                raise _unsupported(block.name, "its Poisson mean is not softplus(eta) or "
+                                   "exp(eta)")
+            eta = mu.owner.inputs[0]
         elif isinstance(op, NormalRV):
             mu, sd = params
             if _depends_on_parameters(sd, lik):
@@ -148,7 +159,7 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             family, eta = "normal_identity", mu
             sigma = pt.broadcast_to(sd, (rows,))
         else:
-            raise _unsupported(block.name, f"its family is {type(op).__name__}")
+            raise _unsupported(block.name, f"its family is {type(op).__name__.removesuffix('RV')}")
         eta = pt.broadcast_to(eta, (rows,))
         (eta_theta,) = lik.in_theta([eta])
         eta_input = pt.vector(f"{block.name}_eta", dtype=eta_theta.dtype)
@@ -168,6 +179,8 @@ def _family_logp(family: str, eta: Variable, y: Variable, sigma: Variable | None
         return probit_row_logp(eta, y)
     if family == "poisson_softplus":
         return pm.logp(pm.Poisson.dist(mu=pt.softplus(eta)), y)
+    if family == "poisson_log":
+        return pm.logp(pm.Poisson.dist(mu=pt.exp(eta)), y)
     return pm.logp(pm.Normal.dist(mu=eta, sigma=sigma), y)
 
 
@@ -238,6 +251,11 @@ class GLMPass:
         float64 = all(v.dtype == "float64" for v in lik.value_vars)
         self._family_rtol = 1e-8 if float64 else 1e-4
         self.n_passes = 0
+        #: ``r`` of the region ``‖φ‖ ≤ r`` on which the row constants hold (``inf``: globally)
+        self.region_radius = (
+            region_radius(lik.dim)
+            if any(t.family in REGION_FAMILIES for t in self.terms) else math.inf
+        )
 
     def rows(
         self, theta: np.ndarray, idx: np.ndarray, *, check: bool = True
@@ -321,7 +339,10 @@ class GLMPass:
                     h += x.T @ (f2[:, None] * x)
                     if consts is not None:
                         xt = whiten_rows(x) if whiten_rows is not None else x
-                        consts[chunk] += _row_constants(term.family, order, xt, y, f2)
+                        consts[chunk] += _row_constants(
+                            term.family, order, xt, y, f2, self.region_radius,
+                            whitened=whiten_rows is not None,
+                        )
         if full_data:
             self.n_passes += 1
         # lik.terms is tempered already; f' and f'' come from the untempered family logp
@@ -352,6 +373,10 @@ def family_terms(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable, Vari
         r = y / mu - 1.0
         f = pt.switch(pt.eq(y, 0), 0.0, y * pt.log(mu)) - mu - pt.gammaln(y + 1.0)
         return f, r * s, r * s * pt.sigmoid(-eta) - y * (s / mu) ** 2
+    if term.family == "poisson_log":
+        # f = yη − e^η − log y!, f' = y − e^η, f'' = −e^η
+        mu = pt.exp(eta)
+        return y * eta - mu - pt.gammaln(y + 1.0), y - mu, -mu
     if term.family == "normal_identity":
         inv_var = 1.0 / pt.cast(term.sigma, "float64") ** 2
         resid = y - eta
@@ -402,12 +427,19 @@ def _product_with_identity(fgraph, node):
 
 
 def _row_constants(
-    family: str, order: int, xt: np.ndarray, y: np.ndarray, f2: np.ndarray
+    family: str, order: int, xt: np.ndarray, y: np.ndarray, f2: np.ndarray, radius: float,
+    *, whitened: bool,
 ) -> np.ndarray:
     norm = np.sqrt(np.einsum("ij,ij->i", xt, xt))
     if family == "normal_identity":
         # f'' = −1/σ_i² exactly (known per-row σ) and f''' = 0
         return np.abs(f2) * norm**2 if order == 1 else np.zeros_like(norm)
+    if family in REGION_FAMILIES:
+        if not whitened:
+            raise ValueError(f"family {family!r} has row constants on a region of the "
+                             "Laplace frame only: pass whiten_rows")
+        # the pass runs at θ̂ itself, so f2 is f''(η̂_i)
+        return region_row_constants(family, order, norm, f2, radius)
     return glm_row_constants(norm, y, family, order)
 
 

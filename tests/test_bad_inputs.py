@@ -142,6 +142,22 @@ def poisson_exp():
     return model
 
 
+def poisson_square():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 5, shape=3)
+        pm.Poisson("counts", mu=(pm.Data("X", X) @ b) ** 2, observed=Y_COUNT)
+    return model
+
+
+def negative_binomial():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 5, shape=3)
+        alpha = pm.Exponential("alpha", 1.0)
+        pm.NegativeBinomial("counts", mu=pm.math.exp(pm.Data("X", X) @ b), alpha=alpha,
+                            observed=Y_COUNT)
+    return model
+
+
 def poisson_softplus():
     with pm.Model() as model:
         b = pm.Normal("b", 0, 5, shape=3)
@@ -318,8 +334,10 @@ CASES = [
          error(E, r"data \['X'\].*'y'.*NaN.*constant column")),
     # --- MHSS needs a bound: unsupported likelihoods
     Case("MHSS: StudentT", studentt, MHSS, error(E, r"'obs'.*StudentT.*UserBound")),
-    Case("MHSS: Poisson with exp link", poisson_exp, MHSS,
-         error(E, r"'counts'.*not softplus\(eta\).*UserBound")),
+    Case("MHSS: Poisson with mean (Xb)^2", poisson_square, MHSS,
+         error(E, r"'counts'.*not softplus\(eta\) or exp\(eta\).*UserBound")),
+    Case("MHSS: negative binomial", negative_binomial, MHSS,
+         error(E, r"'counts'.*NegBinomial.*UserBound")),
     Case("MHSS: Normal with sampled sigma", normal_sampled_sigma, MHSS,
          error(E, r"'resp'.*sigma is a sampled parameter.*AusterityMH")),
     Case("MHSS: non-affine predictor", non_affine, MHSS,
@@ -376,6 +394,7 @@ CASES = [
     Case("AusterityMH: observed with a trailing axis", trailing_axis_observed, AUSTERITY,
          POSTERIOR),
     Case("MHSS: Poisson with softplus mean", poisson_softplus, MHSS, POSTERIOR),
+    Case("MHSS: Poisson with exp link (region-valid bounds)", poisson_exp, MHSS, POSTERIOR),
     Case("AusterityMH: Normal with sampled sigma", normal_sampled_sigma, AUSTERITY, POSTERIOR),
     Case("BarkerMinibatch: Normal with sampled sigma", normal_sampled_sigma, BARKER, POSTERIOR),
     Case("BarkerMinibatch: StudentT", studentt, BARKER, POSTERIOR),

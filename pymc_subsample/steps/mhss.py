@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -110,12 +111,16 @@ class MHSS(SubsamplingStep):
                 "AusterityMH or BarkerMinibatch for subsampling without control variates."
             )
         self.bound = bound
+        #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
+        self.region_radius = math.inf
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
         if bound is None:
             # whitened constants from the reference fit's last pass, M from whitened points
             consts = self.reference.row_constants
             self._remainder_scale = self._whitened_remainder_scale
+            # families with unbounded derivatives: constants valid for ‖φ‖, ‖φ'‖ ≤ r only
+            self.region_radius = self._reference_pass.region_radius
         else:
             consts = bound.row_constants
             if callable(consts):
@@ -144,6 +149,11 @@ class MHSS(SubsamplingStep):
 
     def _whitened_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
         # M of Corollary 2 from a = φ, a' = φ', h = φ' − φ (docs/methods/mhss.md)
+        if max(phi @ phi, phi_new @ phi_new) > self.region_radius**2:
+            # outside the region the constants do not hold: M = ∞ makes the kernel decide on
+            # all rows (a counted full_data_fallback); the switch depends on the pair {θ, θ'}
+            # only, so detailed balance holds (docs/methods/mhss.md#region-valid-bounds)
+            return math.inf
         return remainder_scale(phi, phi_new, np.zeros_like(phi), self.cv_order)
 
     def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
