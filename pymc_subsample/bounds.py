@@ -54,10 +54,17 @@ bernoulli_probit  Bernoulli, probit link  1 (sup, approached as η→∓∞)    
 poisson_softplus  Poisson, mean softplus  1/4 + 0.168 y (sup ≈ 0.167096)   √3/18 + 0.061 y
                                                                            (sup ≈ 0.0609127)
 normal_identity   Normal, fixed σ         1/σ²                             0 (Taylor is exact)
+poisson_log       Poisson, mean e^η       on a region only (see below)     on a region only
 ================  ======================  ===============================  =====================
 
 The probit and Poisson values are numerical maxima in the paper, not proofs; the figures in
 brackets are the suprema found here with 40-digit arithmetic, so the paper's constants are valid.
+
+Families whose derivatives are unbounded (:data:`REGION_FAMILIES`) get constants valid on the
+ball ``‖φ‖ ≤ r`` of the Laplace frame (:func:`region_row_constants`, :func:`region_radius`);
+the step decides a move with either end outside it on all rows, which keeps the chain exact
+because the switch depends on the pair ``{θ, θ'}`` only (``docs/methods/mhss.md``, "Region-valid
+bounds").
 
 References
 ----------

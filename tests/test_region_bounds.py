@@ -28,6 +28,7 @@ from pymc_subsample.bounds import (
     remainder_scale,
 )
 from pymc_subsample.datasets import glm_data, glm_model
+from pymc_subsample.steps.mhss import FALLBACK_WARN_RATE
 from tests.make_glm_references import reference_path
 from tests.posterior import SAMPLE, assert_matches
 
@@ -122,6 +123,7 @@ def nuts_reference():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:MHSS decided")  # r = 2 falls back on purpose
 @pytest.mark.parametrize("radius", [None, 2.0])
 def test_poisson_log_matches_nuts(poisson_log_step, nuts_reference, radius):
     """Default region (fallbacks below 0.1%) and r = 2 (most moves decided on all rows)."""
@@ -144,3 +146,19 @@ def test_poisson_log_matches_nuts(poisson_log_step, nuts_reference, radius):
         assert float(stats["n_data"].mean()) < 10
     else:
         assert fallback > 0.2  # the switch really ran, and often
+
+
+def test_a_chain_that_falls_back_often_warns_and_shows_it(poisson_log_step):
+    _, _, model, steps = poisson_log_step
+    step = steps[1]
+    default, step.region_radius = step.region_radius, 1.0
+    try:
+        with model, pytest.warns(UserWarning, match=r"MHSS decided \d+ of the first 500 moves.*"
+                                 r"‖φ‖ ≤ 1.*smaller scaling"):
+            idata = pm.sample(600, tune=100, chains=1, step=step, random_seed=3, **SAMPLE)
+    finally:
+        step.region_radius = default
+    assert float(idata.sample_stats["full_data_fallback"].mean()) > FALLBACK_WARN_RATE
+    columns, stats = step._progressbar_config(2)
+    assert "fallback" in stats and any("Full-data" in str(c.get_table_column().header)
+                                       for c in columns)

@@ -488,26 +488,36 @@ class SubsamplingStep(ArrayStepShared):
         return Competence.COMPATIBLE
 
     # ------------------------------------------------------------------ progress bar
-    @staticmethod
-    def _progressbar_config(n_chains=1):
+    #: Per-draw stats shown as moving averages: (progress field, sampler stat, column title).
+    _progress_averages: tuple[tuple[str, str, str], ...] = (
+        ("accept_rate", "accepted", "Accept"),
+        ("rows", "n_data", "Rows/draw"),
+    )
+
+    @classmethod
+    def _progressbar_config(cls, n_chains=1):
         columns = [
-            TextColumn("{task.fields[accept_rate]:0.2f}", table_column=Column("Accept", ratio=1)),
-            TextColumn("{task.fields[rows]:0.1f}", table_column=Column("Rows/draw", ratio=1)),
-            TextColumn("{task.fields[scaling]:0.2f}", table_column=Column("Scaling", ratio=1)),
+            TextColumn(f"{{task.fields[{field}]:0.{2 if field != 'rows' else 1}f}}",
+                       table_column=Column(title, ratio=1))
+            for field, _, title in cls._progress_averages
         ]
-        stats = {"accept_rate": [0.0] * n_chains, "rows": [0.0] * n_chains,
-                 "scaling": [0.0] * n_chains}
+        columns.append(
+            TextColumn("{task.fields[scaling]:0.2f}", table_column=Column("Scaling", ratio=1))
+        )
+        stats = {field: [0.0] * n_chains for field, _, _ in cls._progress_averages}
+        stats["scaling"] = [0.0] * n_chains
         return columns, stats
 
-    @staticmethod
-    def _make_progressbar_update_functions():
+    @classmethod
+    def _make_progressbar_update_functions(cls):
         # Exponential moving averages: a readable, current picture of a noisy per-draw stat.
-        ema = {"accept_rate": None, "rows": None}
+        averages = cls._progress_averages
+        ema = {field: None for field, _, _ in averages}
 
         def update_stats(step_stats):
-            for key, value in (("accept_rate", float(step_stats["accepted"])),
-                               ("rows", float(step_stats["n_data"]))):
-                ema[key] = value if ema[key] is None else 0.99 * ema[key] + 0.01 * value
+            for field, stat, _ in averages:
+                value = float(step_stats[stat])
+                ema[field] = value if ema[field] is None else 0.99 * ema[field] + 0.01 * value
             return {**ema, "scaling": step_stats["scaling"]}
 
         return (update_stats,)

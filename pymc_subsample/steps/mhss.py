@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.bounds import remainder_scale
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.glm import GLMPass
 from pymc_subsample.indexing import WeightedIndexSampler
 from pymc_subsample.mhss import mhss_accept
-from pymc_subsample.steps.base import SubsamplingStep
+from pymc_subsample.steps.base import SubsamplingStep, SubsamplingStepState
 
 __all__ = ["MHSS", "UserBound"]
+
+#: Share of moves (after tuning) decided on all rows above which a chain warns, and the draws
+#: it waits for before judging.
+FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
+
+
+@dataclass_state
+class MHSSState(SubsamplingStepState):
+    draws_after_tuning: int
+    fallbacks_after_tuning: int
+    fallback_warned: bool
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,9 @@ class MHSS(SubsamplingStep):
     -----
     Sampler stats per draw: ``accepted``, ``accept_stage1``, ``n_data`` (rows whose likelihood
     was evaluated), ``expected_rows`` (``C·M``; NaN when stage 1 rejected),
-    ``full_data_fallback`` (``C·M ≥ N``: all rows used), ``clipped`` (thinning rates clipped
+    ``full_data_fallback`` (all rows used: ``C·M ≥ N``, or a move with an end outside the region
+    ``‖φ‖ ≤ r`` of a family whose bounds hold on a region only; a chain warns once when this
+    exceeds 1% of its moves after tuning, and the progress bar shows it), ``clipped`` (thinning rates clipped
     beyond rounding: a bound violation if ever > 0), ``scaling`` (κ), ``non_finite`` (the prior,
     proposal ratio or a row term read was NaN or infinite: the proposal was rejected).
 
@@ -91,6 +106,11 @@ class MHSS(SubsamplingStep):
     """
 
     name = "mhss"
+    _state_class = MHSSState
+    _progress_averages = (
+        *SubsamplingStep._progress_averages,
+        ("fallback", "full_data_fallback", "Full-data"),
+    )
     default_proposal = "pcn"
     needs_reference_point = True
     stats_dtypes_shapes = {
@@ -139,6 +159,15 @@ class MHSS(SubsamplingStep):
             )
         self.row_constants = consts
         self.sampler = WeightedIndexSampler(consts)
+        self._reset_fallback_count()
+
+    def _reset_fallback_count(self) -> None:
+        self.draws_after_tuning = self.fallbacks_after_tuning = 0
+        self.fallback_warned = False
+
+    def set_rng(self, rng) -> None:
+        super().set_rng(rng)
+        self._reset_fallback_count()
 
     def _data_pass(self):
         # MHSS without a UserBound needs the GLM structure: its detection names what is missing
@@ -191,4 +220,28 @@ class MHSS(SubsamplingStep):
             "full_data_fallback": info.full_data_fallback,
             "clipped": info.clipped,
         }
+        if not self.tune:
+            self._count_fallback(info.full_data_fallback)
         return info.accepted, stats
+
+    def _count_fallback(self, fallback: bool) -> None:
+        """Warn once per chain when too many moves after tuning were decided on all rows."""
+        self.draws_after_tuning += 1
+        self.fallbacks_after_tuning += int(fallback)
+        n, k = self.draws_after_tuning, self.fallbacks_after_tuning
+        if self.fallback_warned or n < FALLBACK_WARN_AFTER or k <= FALLBACK_WARN_RATE * n:
+            return
+        self.fallback_warned = True
+        where = (
+            f"proposals left the region ‖φ‖ ≤ {self.region_radius:.3g} where the bounds hold, "
+            "or " if math.isfinite(self.region_radius) else ""
+        )
+        warnings.warn(
+            f"MHSS decided {k} of the first {n} moves after tuning on all N = "
+            f"{self.row_constants.size} rows (full_data_fallback): {where}the bound C·M reached "
+            "N. Each such move costs a pass over the data. Smaller moves help: a "
+            "light-tailed proposal (no df=), a smaller scaling, cv_order=2; or check that "
+            "the posterior is close to its Laplace approximation (map_point).",
+            UserWarning,
+            stacklevel=2,
+        )
