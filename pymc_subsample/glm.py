@@ -286,6 +286,8 @@ class GLMPass:
         For probit the model's rows are the likelihood layer's stable ``log Φ(±η)`` (PyMC's own
         ``log1p(−Φ(η))`` cancels: wrong beyond ``η ≈ 5``, ``-inf`` beyond 8.3).
         """
+        if model_sum == family_sum:  # also both -inf: a point outside the support, not a misread
+            return
         if not abs(model_sum - family_sum) <= self._family_rtol * (abs(model_sum) + n):
             raise SubsamplingModelError(
                 f"Observed variable '{term.name}' was read as a GLM ({term.family}), but its "
@@ -330,7 +332,9 @@ class GLMPass:
         check = self.n_passes == 0
         # one BLAS thread: the products are thin (chunk × d), and a threaded BLAS on a busy or
         # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
-        with threadpool_limits(limits=1, user_api="blas"):
+        # a Newton step that overshoots (a log link) may overflow: its -inf value is enough
+        with threadpool_limits(limits=1, user_api="blas"), np.errstate(over="ignore",
+                                                                        invalid="ignore"):
             for chunk in lik.row_chunks() if full_data else idx_chunks:
                 s, pieces = self.rows(theta, chunk, check=check)
                 total += s

@@ -79,11 +79,12 @@ class MHSS(SubsamplingStep):
     -----
     Sampler stats per draw: ``accepted``, ``accept_stage1``, ``n_data`` (rows whose likelihood
     was evaluated), ``expected_rows`` (``C·M``; NaN when stage 1 rejected),
-    ``full_data_fallback`` (all rows used: ``C·M ≥ N``, or a move with an end outside the region
-    ``‖φ‖ ≤ r`` of a family whose bounds hold on a region only; a chain warns once when this
-    exceeds 1% of its moves after tuning, and the progress bar shows it), ``clipped`` (thinning rates clipped
-    beyond rounding: a bound violation if ever > 0), ``scaling`` (κ), ``non_finite`` (the prior,
-    proposal ratio or a row term read was NaN or infinite: the proposal was rejected).
+    ``full_data_fallback`` (all rows used: ``C·M ≥ N``, or a move with an end outside the
+    region ``‖φ‖ ≤ r`` of a family whose bounds hold on a region only; a chain warns once when
+    this exceeds 1% of its moves after tuning, and the progress bar shows it), ``clipped``
+    (thinning rates clipped beyond rounding: a bound violation if ever > 0), ``scaling`` (κ),
+    ``non_finite`` (the prior, proposal ratio or a row term read was NaN or infinite: the
+    proposal was rejected).
 
     References
     ----------
