@@ -79,7 +79,7 @@ def _cells(args) -> list[tuple[str, int, int]]:
     for family in args.families:
         for n in (int(r) for r in args.rows):
             for d in args.dims:
-                if (n, d) in skip or (family == "poisson" and poisson is not None
+                if (n, d) in skip or (family.startswith("poisson") and poisson is not None
                                       and (n, d) not in poisson):
                     continue
                 cells.append((family, n, d))
@@ -311,10 +311,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=float, nargs="+", default=[1e5, 1e6, 1e7])
     parser.add_argument("--dims", type=int, nargs="+", default=[10, 50, 100])
-    parser.add_argument("--families", nargs="+", choices=["logistic", "poisson"],
+    parser.add_argument("--families", nargs="+", choices=["logistic", "poisson", "poisson_log"],
                         default=["logistic", "poisson"])
     parser.add_argument("--poisson-cells", nargs="+", default=["1e6:10"],
-                        help="N:d cells run for the Poisson family (among --rows x --dims), "
+                        help="N:d cells run for the Poisson families (among --rows x --dims), "
                              "or 'all' (default 1e6:10)")
     parser.add_argument("--skip-cells", nargs="*", default=["1e7:100"],
                         help="N:d cells not run (default 1e7:100)")

@@ -33,7 +33,7 @@ __all__ = ["NUM_BLOCKS", "SUBSAMPLE_SIZE", "find_map", "numpyro_glm", "run_hmcec
 #: Subsample size and number of blocks of NumPyro's HMCECS example.
 SUBSAMPLE_SIZE = 1300
 NUM_BLOCKS = 100
-FAMILIES = ("logistic", "poisson")
+FAMILIES = ("logistic", "poisson", "poisson_log")
 
 
 def _jax():
@@ -65,6 +65,8 @@ def numpyro_glm(family: str, prior_sd: float = 10.0):
             eta = xb @ b
             if family == "logistic":
                 numpyro.sample("obs", dist.Bernoulli(logits=eta), obs=yb)
+            elif family == "poisson_log":
+                numpyro.sample("obs", dist.Poisson(jnp.exp(eta)), obs=yb)
             else:
                 numpyro.sample("obs", dist.Poisson(jax.nn.softplus(eta)), obs=yb)
 
@@ -84,6 +86,8 @@ def find_map(X, y, family: str, prior_sd: float = 10.0) -> tuple[np.ndarray, int
         eta = X @ b
         if family == "logistic":
             loglik = jnp.sum(y * eta - jnp.logaddexp(0.0, eta))
+        elif family == "poisson_log":
+            loglik = jnp.sum(y * eta - jnp.exp(eta))
         else:
             rate = jax.nn.softplus(eta)
             loglik = jnp.sum(y * jnp.log(rate) - rate)
