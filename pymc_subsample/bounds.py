@@ -86,6 +86,7 @@ __all__ = [
     "derivative_bound",
     "glm_loglik",
     "glm_row_constants",
+    "normal_scale_row_constants",
     "region_radius",
     "region_row_constants",
     "remainder_scale",
@@ -277,6 +278,8 @@ def remainder_scale(
     theta_prime: np.ndarray,
     theta_hat: np.ndarray,
     order: int,
+    *,
+    sharp: bool = True,
 ) -> float:
     r"""Parameter part :math:`M(\theta, \theta')` of the MHSS bound (Corollary 2).
 
@@ -304,6 +307,10 @@ def remainder_scale(
         Current point, proposal and control-variate centre (raveled, unconstrained).
     order : {1, 2}
         Order of the Taylor control variate.
+    sharp : bool
+        Lemma 1's angle factors (rows with one linear predictor); ``False`` sets
+        :math:`D_1 = D_2 = 1`, their maximum, as rows with several predictors need
+        (:func:`normal_scale_row_constants`).
 
     Returns
     -------
@@ -336,6 +343,8 @@ def remainder_scale(
     # |cos| of the angles, clipped into [0, 1] against rounding; 0 for a zero vector.
     w = min(abs(ah) / (norm_a * norm_h), 1.0) if norm_a > 0.0 else 0.0
     wp = min(abs(aph) / (norm_ap * norm_h), 1.0) if norm_ap > 0.0 else 0.0
+    if not sharp:
+        w = wp = 1.0  # D_1(1) = D_2(1) = 1, the largest values
     if order == 1:
         return norm_h * max(norm_a * _d1(w), norm_ap * _d1(wp))
     return 0.5 * norm_h * (hh / 6.0 + aa * _d2(w) + apap * _d2(wp))
@@ -457,3 +466,47 @@ def region_row_constants(
     xt_norm = np.asarray(xt_norm, dtype=np.float64)
     sup = np.abs(np.asarray(f2_hat, dtype=np.float64)) * np.exp(radius * xt_norm)
     return sup * xt_norm ** (order + 1)
+
+
+def normal_scale_row_constants(
+    order: int,
+    s_mu: np.ndarray,
+    s_log_sigma: np.ndarray,
+    abs_resid_hat: np.ndarray,
+    log_sigma_hat: np.ndarray,
+    radius: float,
+) -> np.ndarray:
+    r"""Whitened constants of a Normal row with sampled σ, valid on ``R = {‖φ‖ ≤ r}``.
+
+    The row is :math:`f(\mu_i, \lambda_i) = -\tfrac12 (y_i - \mu_i)^2 e^{-2\lambda_i} - \lambda_i`
+    (up to a constant) with two predictors affine in θ: the mean :math:`\mu_i` and
+    :math:`\lambda_i = \log\sigma_i`, whitened rows of lengths :math:`s_{\mu,i}` and
+    :math:`s_{\lambda,i}`. With :math:`\rho = y - \mu` its derivatives are
+    :math:`f_{\mu\mu} = -e^{-2\lambda}`, :math:`f_{\mu\lambda} = -2\rho e^{-2\lambda}`,
+    :math:`f_{\lambda\lambda} = -2\rho^2 e^{-2\lambda}`, :math:`f_{\mu\mu\mu} = 0`,
+    :math:`f_{\mu\mu\lambda} = 2e^{-2\lambda}`, :math:`f_{\mu\lambda\lambda} = 4\rho e^{-2\lambda}`,
+    :math:`f_{\lambda\lambda\lambda} = 4\rho^2 e^{-2\lambda}`. A k-th directional derivative of
+    the row along ``v`` in φ is a sum over ordered k-tuples of predictors of
+    :math:`f_{j\ldots}\prod (\tilde a_j^\top v)`, each factor at most :math:`s_j\lVert v\rVert`
+    (Cauchy–Schwarz), so Theorem 2 of Prado et al. (2024) holds with
+
+    .. math::
+
+        c_i^{(1)} = E_i\,(s_\mu^2 + 4 P_i s_\mu s_\lambda + 2 P_i^2 s_\lambda^2), \qquad
+        c_i^{(2)} = E_i\,(6 s_\mu^2 s_\lambda + 12 P_i s_\mu s_\lambda^2 + 4 P_i^2 s_\lambda^3),
+
+    :math:`E_i = e^{-2\hat\lambda_i + 2 r s_\lambda}` and
+    :math:`P_i = |y_i - \hat\mu_i| + r s_\mu` (the suprema over ``R``), and the angle factors
+    of ``M`` set to 1 (``remainder_scale(..., sharp=False)``): Lemma 1's sharper factors assume
+    one direction per row.
+    """
+    _check_order(order)
+    if not (math.isfinite(radius) and radius > 0.0):
+        raise ValueError(f"radius must be finite and positive, got {radius!r}")
+    s1 = np.asarray(s_mu, dtype=np.float64)
+    s2 = np.asarray(s_log_sigma, dtype=np.float64)
+    p = np.asarray(abs_resid_hat, dtype=np.float64) + radius * s1
+    e = np.exp(-2.0 * np.asarray(log_sigma_hat, dtype=np.float64) + 2.0 * radius * s2)
+    if order == 1:
+        return e * (s1**2 + 4.0 * p * s1 * s2 + 2.0 * p**2 * s2**2)
+    return e * (6.0 * s1**2 * s2 + 12.0 * p * s1 * s2**2 + 4.0 * p**2 * s2**3)

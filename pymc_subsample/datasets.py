@@ -34,6 +34,7 @@ from scipy.special import ndtr
 
 __all__ = [
     "FAMILIES",
+    "GAUSSIAN_SCALE_SIGMA",
     "GMM_SIGMA_X",
     "FlightsData",
     "TableData",
@@ -47,7 +48,9 @@ __all__ = [
 ]
 
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
-FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log")
+FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale")
+#: The noise sd of the ``gaussian_scale`` family's data (its model samples σ).
+GAUSSIAN_SCALE_SIGMA = 2.0
 
 
 def _check_family(family: str) -> None:
@@ -66,9 +69,10 @@ def glm_data(
         Number of rows ``N``.
     d : int
         Number of coefficients, the intercept included.
-    family : {"logistic", "probit", "poisson", "gaussian", "poisson_log"}
+    family : {"logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale"}
         ``y ~ Bernoulli(logistic(η))``, ``Bernoulli(Φ(η))``, ``Poisson(softplus(η))`` (the
-        Poisson form of Prado et al. 2024, Sec. 5.3), ``N(η, 1)`` or ``Poisson(e^η)``.
+        Poisson form of Prado et al. 2024, Sec. 5.3), ``N(η, 1)``, ``Poisson(e^η)`` or
+        ``N(η, 2²)`` (:data:`GAUSSIAN_SCALE_SIGMA`; its model samples σ ~ HalfNormal(5)).
     seed : int, optional
         Seed of the NumPy generator that draws ``X``, ``β`` and ``y``.
 
@@ -95,6 +99,8 @@ def glm_data(
         y = rng.poisson(np.logaddexp(0.0, eta))
     elif family == "poisson_log":
         y = rng.poisson(np.exp(eta))
+    elif family == "gaussian_scale":
+        y = eta + GAUSSIAN_SCALE_SIGMA * rng.normal(size=n)
     else:
         y = eta + rng.normal(size=n)
     return X, y
@@ -121,6 +127,9 @@ def glm_model(
             pm.Poisson("y", mu=pm.math.log1pexp(eta), observed=y)
         elif family == "poisson_log":
             pm.Poisson("y", mu=pm.math.exp(eta), observed=y)
+        elif family == "gaussian_scale":
+            sigma = pm.HalfNormal("sigma", 5.0)
+            pm.Normal("y", mu=eta, sigma=sigma, observed=y)
         else:
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
     return model

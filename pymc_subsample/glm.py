@@ -28,17 +28,20 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.ifelse import ifelse
-from pytensor.scalar.basic import Exp
+from pytensor.scalar.basic import Exp, Second
 from pytensor.scalar.math import Sigmoid, Softplus
+from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.math import Dot
 from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
+from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.variable import TensorConstant
 from threadpoolctl import threadpool_limits
 
 from pymc_subsample.bounds import (
     REGION_FAMILIES,
     glm_row_constants,
+    normal_scale_row_constants,
     region_radius,
     region_row_constants,
 )
@@ -49,8 +52,11 @@ from pymc_subsample.likelihood import SubsampledLikelihood, probit_predictor, pr
 __all__ = [
     "GLMPass",
     "GLMTerm",
+    "LocationScaleConstants",
+    "LocationScaleTerm",
     "PassResult",
     "detect_glm_terms",
+    "detect_location_scale_terms",
     "family_terms",
     "glm_bound_constants",
 ]
@@ -99,9 +105,10 @@ def _unsupported(name: str, what: str) -> SubsamplingModelError:
     return SubsamplingModelError(
         f"MHSS has no automatic bound for observed variable '{name}': {what}. Supported: "
         "Bernoulli with logit or probit link, Poisson with mean softplus(eta) or exp(eta), "
-        "Normal with identity mean and fixed sigma, each with a linear predictor affine in "
-        "the parameters. Pass your own bound with MHSS(bound=pms.UserBound(...)), or use "
-        "AusterityMH or BarkerMinibatch, which need no bound."
+        "Normal with identity mean and fixed or sampled sigma (log sigma affine), each with a "
+        "linear predictor affine in the parameters. Pass your own bound with "
+        "MHSS(bound=pms.UserBound(...)), or use AusterityMH or BarkerMinibatch, which need no "
+        "bound."
     )
 
 
@@ -155,7 +162,9 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
         elif isinstance(op, NormalRV):
             mu, sd = params
             if _depends_on_parameters(sd, lik):
-                raise _unsupported(block.name, "its Normal sigma is a sampled parameter")
+                raise _unsupported(block.name, "its Normal sigma is a sampled parameter and "
+                                   "another observed variable is not such a Normal (MHSS bounds "
+                                   "a sampled sigma when every observed variable is one)")
             family, eta = "normal_identity", mu
             sigma = pt.broadcast_to(sd, (rows,))
         else:
@@ -414,9 +423,30 @@ def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
         include=("canonicalize",),
         custom_rewrite=in2out(_product_with_identity),
     )
-    if theta in ancestors([rows]):
+    if theta in _value_ancestors(rows):
         raise _unsupported(name, "its linear predictor is not affine in the sampled parameters")
     return rows
+
+
+def _value_ancestors(var: Variable) -> set[Variable]:
+    """The variables ``var``'s *values* depend on: as ``ancestors``, but not through inputs
+    that only give a shape (of ``Shape``, ``Alloc``'s sizes, ``fill``'s first argument)."""
+    seen, stack = set(), [var]
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        node = v.owner
+        if node is None or isinstance(node.op, Shape | Shape_i):
+            continue
+        if isinstance(node.op, Alloc):
+            stack.append(node.inputs[0])
+        elif isinstance(_scalar_op(v), Second):
+            stack.append(node.inputs[1])
+        else:
+            stack.extend(node.inputs)
+    return seen
 
 
 @node_rewriter([Dot])
@@ -434,7 +464,7 @@ def _row_constants(
     family: str, order: int, xt: np.ndarray, y: np.ndarray, f2: np.ndarray, radius: float,
     *, whitened: bool,
 ) -> np.ndarray:
-    norm = np.sqrt(np.einsum("ij,ij->i", xt, xt))
+    norm = _row_norms(xt)
     if family == "normal_identity":
         # f'' = −1/σ_i² exactly (known per-row σ) and f''' = 0
         return np.abs(f2) * norm**2 if order == 1 else np.zeros_like(norm)
@@ -468,3 +498,108 @@ def glm_bound_constants(
     glm_pass = GLMPass(lik, terms)
     whiten = frame.whiten_rows if frame is not None else None
     return glm_pass.full(theta_hat, whiten_rows=whiten, order=order).row_constants
+
+
+# ---------------------------------------------------------------- Normal with a sampled σ
+@dataclass(frozen=True)
+class LocationScaleTerm:
+    """A Normal observed variable whose mean and ``log σ`` are both affine in ``θ``.
+
+    Attributes
+    ----------
+    name : str
+    mu, log_sigma : Variable
+        The two predictors on the rows ``idx``, as graphs of ``θ`` (broadcast to the rows).
+    y : Variable
+        Observed values on the rows ``idx``.
+    """
+
+    name: str
+    mu: Variable
+    log_sigma: Variable
+    y: Variable
+
+
+def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScaleTerm] | None:
+    """Every observed variable as a Normal with a sampled σ, or None if any is something else.
+
+    Raises
+    ------
+    SubsamplingModelError
+        Naming the variable, when it is such a Normal but its mean or ``log σ`` is not
+        affine in the sampled parameters (``σ = exp(λ)`` or a positive prior on σ, whose
+        log transform is the sampled value, are).
+    """
+    rows = lik.idx.shape[0]
+    found = []
+    for block in lik.blocks:
+        if not isinstance(block.rv.owner.op, NormalRV) or block.value.type.ndim != 1:
+            return None
+        mu, sd = block.rv.owner.op.dist_params(block.rv.owner)
+        if not _depends_on_parameters(sd, lik):
+            return None
+        # log(exp(λ)) → λ before the affinity check
+        mu_theta, log_sigma_theta = (
+            rewrite_graph(v, include=("canonicalize", "stabilize"))
+            for v in lik.in_theta([pt.broadcast_to(mu, (rows,)),
+                                   pt.broadcast_to(pt.log(sd), (rows,))])
+        )
+        for what, graph in (("mean", mu_theta), ("log(sigma)", log_sigma_theta)):
+            try:
+                _rows_of_affine(block.name, graph, lik.theta)
+            except SubsamplingModelError:
+                raise _unsupported(
+                    block.name, f"it is a Normal with a sampled sigma, but its {what} is not "
+                    "affine in the sampled parameters (sigma = exp(affine) or a positive prior "
+                    "on sigma are)"
+                ) from None
+        found.append(LocationScaleTerm(block.name, mu_theta, log_sigma_theta, block.value))
+    return found
+
+
+class LocationScaleConstants:
+    """Whitened MHSS constants of Normal rows with a sampled σ, valid on ``‖φ‖ ≤ r``.
+
+    One compiled function of ``(θ, idx)`` gives each row's two predictor rows ``∂μ_i/∂θ``,
+    ``∂λ_i/∂θ`` (``λ = log σ``), ``μ_i``, ``λ_i`` and ``y_i``; :meth:`row_constants` makes one
+    chunked pass at ``θ̂`` (counted in ``n_passes``) and applies
+    :func:`pymc_subsample.bounds.normal_scale_row_constants`.
+    """
+
+    def __init__(self, lik: SubsampledLikelihood, terms: list[LocationScaleTerm]) -> None:
+        self.lik, self.terms = lik, terms
+        outputs = []
+        for term in terms:
+            outputs += [
+                _rows_of_affine(term.name, term.mu, lik.theta),
+                _rows_of_affine(term.name, term.log_sigma, lik.theta),
+                pt.cast(term.mu, "float64"),
+                pt.cast(term.log_sigma, "float64"),
+                pt.cast(term.y, "float64"),
+            ]
+        self._fn = lik.compile([lik.theta, lik.idx], outputs)
+        self.region_radius = region_radius(lik.dim)
+        self.n_passes = 0
+
+    def row_constants(self, theta_hat: np.ndarray, frame: LaplaceFrame, order: int) -> np.ndarray:
+        """``c_i`` for all N rows, divided by the temperature (one pass over the data)."""
+        lik = self.lik
+        consts = np.zeros(lik.n_rows)
+        with threadpool_limits(limits=1, user_api="blas"):
+            for chunk in lik.row_chunks():
+                out = self._fn(theta_hat, chunk)
+                for j in range(len(self.terms)):
+                    x_mu, x_ls, mu, log_sigma, y = out[5 * j : 5 * j + 5]
+                    n = len(chunk)
+                    s_mu = _row_norms(frame.whiten_rows(np.asarray(x_mu).reshape(n, -1)))
+                    s_ls = _row_norms(frame.whiten_rows(
+                        np.broadcast_to(np.asarray(x_ls).reshape(-1, lik.dim), (n, lik.dim))))
+                    consts[chunk] += normal_scale_row_constants(
+                        order, s_mu, s_ls, np.abs(y - mu), log_sigma, self.region_radius
+                    )
+        self.n_passes += 1
+        return consts / lik.temperature
+
+
+def _row_norms(rows: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.einsum("ij,ij->i", rows, rows))

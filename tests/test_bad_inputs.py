@@ -165,6 +165,24 @@ def poisson_softplus():
     return model
 
 
+def normal_sigma_not_log_affine():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 5, shape=3)
+        s = pm.HalfNormal("s", 2.0)
+        pm.Normal("resp", mu=pm.Data("X", X) @ b, sigma=s**2 + 0.1, observed=Y_NORM)
+    return model
+
+
+def normal_sampled_sigma_and_bernoulli():
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 5, shape=3)
+        s = pm.HalfNormal("s", 2.0)
+        eta = pm.Data("X", X) @ b
+        pm.Normal("resp", mu=eta, sigma=s, observed=Y_NORM)
+        pm.Bernoulli("flag", logit_p=eta, observed=(Y_NORM > 0).astype(int))
+    return model
+
+
 def normal_sampled_sigma():
     with pm.Model() as model:
         b = pm.Normal("b", 0, 5, shape=3)
@@ -338,8 +356,10 @@ CASES = [
          error(E, r"'counts'.*not softplus\(eta\) or exp\(eta\).*UserBound")),
     Case("MHSS: negative binomial", negative_binomial, MHSS,
          error(E, r"'counts'.*NegBinomial.*UserBound")),
-    Case("MHSS: Normal with sampled sigma", normal_sampled_sigma, MHSS,
-         error(E, r"'resp'.*sigma is a sampled parameter.*AusterityMH")),
+    Case("MHSS: Normal with sigma**2 + 0.1", normal_sigma_not_log_affine, MHSS,
+         error(E, r"'resp'.*sampled sigma.*log\(sigma\) is not affine.*UserBound")),
+    Case("MHSS: sampled-sigma Normal beside a Bernoulli", normal_sampled_sigma_and_bernoulli,
+         MHSS, error(E, r"'resp'.*sigma is a sampled parameter and another observed.*UserBound")),
     Case("MHSS: non-affine predictor", non_affine, MHSS,
          error(E, r"'y'.*not affine in the sampled parameters")),
     Case("MHSS: UserBound of wrong length", logistic,
@@ -395,6 +415,7 @@ CASES = [
          POSTERIOR),
     Case("MHSS: Poisson with softplus mean", poisson_softplus, MHSS, POSTERIOR),
     Case("MHSS: Poisson with exp link (region-valid bounds)", poisson_exp, MHSS, POSTERIOR),
+    Case("MHSS: Normal with sampled sigma", normal_sampled_sigma, MHSS, POSTERIOR),
     Case("AusterityMH: Normal with sampled sigma", normal_sampled_sigma, AUSTERITY, POSTERIOR),
     Case("BarkerMinibatch: Normal with sampled sigma", normal_sampled_sigma, BARKER, POSTERIOR),
     Case("BarkerMinibatch: StudentT", studentt, BARKER, POSTERIOR),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,8 +13,9 @@ import numpy as np
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.bounds import remainder_scale
+from pymc_subsample.control_variates import GenericPass
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import GLMPass
+from pymc_subsample.glm import GLMPass, LocationScaleConstants, detect_location_scale_terms
 from pymc_subsample.indexing import WeightedIndexSampler
 from pymc_subsample.mhss import mhss_accept
 from pymc_subsample.steps.base import SubsamplingStep, SubsamplingStepState
@@ -134,9 +136,23 @@ class MHSS(SubsamplingStep):
         self.bound = bound
         #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
         self.region_radius = math.inf
+        #: Lemma 1's angle factors in M (one linear predictor per row); False for Normal rows
+        #: with a sampled σ (two predictors)
+        self.sharp_angles = True
+        self._location_scale: LocationScaleConstants | None = None
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
-        if bound is None:
+        if bound is None and self._location_scale is not None:
+            # Normal rows with a sampled σ: one more pass, at θ̂, for their region constants
+            t0 = time.perf_counter()
+            consts = self._location_scale.row_constants(self.theta_hat, self.frame, cv_order)
+            self.setup_profile["row_constants_s"] = time.perf_counter() - t0
+            self.setup_profile["full_data_passes"] += 1
+            self.setup_profile["setup_s"] += self.setup_profile["row_constants_s"]
+            self._remainder_scale = self._whitened_remainder_scale
+            self.region_radius = self._location_scale.region_radius
+            self.sharp_angles = False
+        elif bound is None:
             # whitened constants from the reference fit's last pass, M from whitened points
             consts = self.reference.row_constants
             self._remainder_scale = self._whitened_remainder_scale
@@ -172,7 +188,13 @@ class MHSS(SubsamplingStep):
 
     def _data_pass(self):
         # MHSS without a UserBound needs the GLM structure: its detection names what is missing
-        return GLMPass(self.likelihood) if self.bound is None else super()._data_pass()
+        if self.bound is not None:
+            return super()._data_pass()
+        terms = detect_location_scale_terms(self.likelihood)
+        if terms:
+            self._location_scale = LocationScaleConstants(self.likelihood, terms)
+            return GenericPass(self.likelihood, exact_hessian=self.cv_order == 2)
+        return GLMPass(self.likelihood)
 
     def _bound_order(self) -> int | None:
         return self.cv_order if self.bound is None else None
@@ -184,7 +206,8 @@ class MHSS(SubsamplingStep):
             # all rows (a counted full_data_fallback); the switch depends on the pair {θ, θ'}
             # only, so detailed balance holds (docs/methods/mhss.md#region-valid-bounds)
             return math.inf
-        return remainder_scale(phi, phi_new, np.zeros_like(phi), self.cv_order)
+        return remainder_scale(phi, phi_new, np.zeros_like(phi), self.cv_order,
+                               sharp=self.sharp_angles)
 
     def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
