@@ -61,14 +61,15 @@ TARGET_ESS = 1000
 COLUMNS = [
     "N", "d", "family", "method", "proposal", "draws", "setup_s", "sampling_s", "ess_bulk",
     "ess_per_iter", "rows_per_iter", "accept", "time_to_ess1000_s", "time_ratio_to_nuts",
-    "z_vs_nuts", "full_data_passes", "extrapolated", "note",
+    "z_vs_nuts", "full_data_passes", "full_data_fallback", "extrapolated", "note",
 ]
 HEADERS = {
     "N": "N", "d": "d", "family": "family", "method": "method", "proposal": "proposal",
     "draws": "draws", "setup_s": "setup s", "sampling_s": "sampling s", "ess_bulk": "ESS bulk",
     "ess_per_iter": "ESS/iter", "rows_per_iter": "rows/iter", "accept": "acceptance",
     "time_to_ess1000_s": "time to ESS 1000 (s)", "time_ratio_to_nuts": "x faster than NUTS",
-    "z_vs_nuts": "z vs NUTS", "full_data_passes": "setup passes", "note": "note",
+    "z_vs_nuts": "z vs NUTS", "full_data_passes": "setup passes",
+    "full_data_fallback": "moves on all rows", "note": "note",
 }
 
 
@@ -112,6 +113,7 @@ def _row(family, n, d, method, proposal, table_row, note="", profile=None):
         "time_ratio_to_nuts": math.nan,
         "z_vs_nuts": math.nan,
         "full_data_passes": (profile or {}).get("full_data_passes", math.nan),
+        "full_data_fallback": math.nan,
         "extrapolated": bool(ess < TARGET_ESS) if ess == ess else False, "note": note,
     }
 
@@ -200,6 +202,9 @@ def run_cell(family: str, n: int, d: int, args) -> list[dict]:
             table_row, idata, note, profile = done
             rows.append(_row(family, n, d, "MHSS", proposal, table_row, note=note,
                              profile=profile))
+            # share of moves decided on all rows (bounds' region left, or C·M ≥ N)
+            rows[-1]["full_data_fallback"] = float(
+                idata.sample_stats["full_data_fallback"].mean())
             idatas[f"MHSS {proposal}"] = idata
             say(f"MHSS ({proposal}): done in {time.perf_counter() - t0:.0f} s, "
                 f"ESS {table_row['ess_bulk']:.0f}")
@@ -244,7 +249,7 @@ def markdown(table: pd.DataFrame, header: str) -> str:
     specs = {"setup_s": ".1f", "sampling_s": ".1f", "ess_bulk": ".0f", "ess_per_iter": ".3g",
              "rows_per_iter": ".3g", "accept": ".2f", "time_to_ess1000_s": ".3g",
              "time_ratio_to_nuts": ".3g", "z_vs_nuts": ".2f", "draws": ".0f",
-             "full_data_passes": ".0f"}
+             "full_data_passes": ".0f", "full_data_fallback": ".2%"}
     cols = [c for c in COLUMNS if c != "extrapolated"]
     lines = [header, "", "| " + " | ".join(HEADERS[c] for c in cols) + " |",
              "|" + "|".join("---" for _ in cols) + "|"]
