@@ -22,6 +22,9 @@ from pymc_subsample.steps.base import SubsamplingStep, SubsamplingStepState
 
 __all__ = ["MHSS", "UserBound"]
 
+#: Pairs of points, rows per pair and seed of the probe of a user's bound at construction.
+USER_BOUND_PAIRS, USER_BOUND_ROWS, USER_BOUND_SEED = 64, 2048, 20240611
+
 #: Share of moves (after tuning) decided on all rows above which a chain warns, and the draws
 #: it waits for before judging.
 FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
@@ -174,9 +177,48 @@ class MHSS(SubsamplingStep):
                 if user_scale is None
                 else (lambda t, t_new, p, p_new: float(user_scale(t, t_new, self.theta_hat)))
             )
+            if np.any(consts < 0.0) or not np.all(np.isfinite(consts)):
+                raise SubsamplingModelError(
+                    "UserBound.row_constants must be finite and non-negative; got "
+                    f"{np.count_nonzero(~(consts >= 0.0) | ~np.isfinite(consts))} rows that are not"
+                )
+            self._check_user_bound(consts)
         self.row_constants = consts
         self.sampler = WeightedIndexSampler(consts)
         self._reset_fallback_count()
+
+    def _check_user_bound(self, consts: np.ndarray) -> None:
+        """Refuse a user's bound that a probe finds violated: ``|ξ_i| > c_i M`` on some row.
+
+        :data:`USER_BOUND_PAIRS` pairs ``(θ, θ')`` around ``θ̂`` in the Laplace frame, at
+        distances from 0.1 to 4 posterior sds and steps from small to as large as the distance,
+        each on :data:`USER_BOUND_ROWS` random rows. A bound that passes may still be wrong
+        elsewhere (the ``clipped`` stat counts what sampling meets); one that fails is wrong.
+        """
+        lik, cv = self.likelihood, self.control_variate
+        rng = np.random.default_rng(USER_BOUND_SEED)
+        rows = np.sort(rng.choice(lik.n_rows, size=min(USER_BOUND_ROWS, lik.n_rows),
+                                  replace=False)).astype(np.int64)
+        for k in range(USER_BOUND_PAIRS):
+            size = 0.1 * 40.0 ** (k / (USER_BOUND_PAIRS - 1))  # 0.1 to 4 sds
+            phi = size * rng.standard_normal(lik.dim) / np.sqrt(lik.dim)
+            phi_new = phi + size * rng.uniform(0.01, 1.0) * rng.standard_normal(lik.dim) / np.sqrt(
+                lik.dim)
+            theta, theta_new = self.frame.unwhiten(phi), self.frame.unwhiten(phi_new)
+            m = self._remainder_scale(theta, theta_new, phi, phi_new)
+            xi = np.asarray(cv.remainder(theta, theta_new, rows))
+            ok = np.abs(xi) <= consts[rows] * m * (1.0 + 1e-9) + 1e-12 * (1.0 + np.abs(xi))
+            bad = np.flatnonzero(np.isfinite(xi) & ~ok)
+            if bad.size:
+                i = int(bad[np.argmax(np.abs(xi[bad]) - consts[rows][bad] * m)])
+                raise SubsamplingModelError(
+                    f"UserBound is violated: on row {int(rows[i])} the control-variate error "
+                    f"|ξ| = {abs(xi[i]):.6g} exceeds c_i·M = {consts[rows][i] * m:.6g} at a pair "
+                    f"{np.linalg.norm(phi):.3g} and {np.linalg.norm(phi_new):.3g} posterior sds "
+                    "from the reference point. MHSS would not be exact with it: check c_i (after "
+                    "dividing by the temperature) and M (symmetric in θ, θ'), or use AusterityMH "
+                    "or BarkerMinibatch."
+                )
 
     def _reset_fallback_count(self) -> None:
         self.draws_after_tuning = self.fallbacks_after_tuning = 0
