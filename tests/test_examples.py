@@ -8,6 +8,7 @@ test checks what it prints and writes, and that MHSS read a small share of the r
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _main(name: str):
+    # the examples import their shared runner (examples/realdata.py) as a sibling module
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
