@@ -280,6 +280,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     """Log-log time to ESS 1000 against N: one panel per (family, d), one line per method."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     pairs = zip(table["method"], table["proposal"], strict=True)
     data = table.assign(label=[m if not p else f"{m} {p}" for m, p in pairs])
@@ -307,7 +308,10 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         ax.set_title(f"{family}, d = {d}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel(f"seconds to bulk ESS {TARGET_ESS} (whole wall)")
-    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
+    # one legend for every method of every panel
+    handles = [Line2D([], [], color=colours[label], marker="o", label=label) for label in labels]
+    axes[-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                    fontsize="small")
     fig.suptitle("One chain per method; ringed points extrapolated beyond the run")
     fig.savefig(path, dpi=120, bbox_inches="tight")
 

@@ -300,17 +300,7 @@ class AusterityMH(SubsamplingStep):
         """
         if not log_rest > -math.inf:
             return SequentialTestResult(False, 0, 0, 0.0, True)
-        cv = self.control_variate
-        if cv is None:
-            cv_sum = 0.0
-
-            def row_diffs(idx):
-                return self._finite_or_reject(self.likelihood.loglik_diff(theta, theta_new, idx))
-        else:
-            cv_sum = cv.estimate_sum(theta, theta_new)
-
-            def row_diffs(idx):
-                return self._finite_or_reject(cv.remainder(theta, theta_new, idx))
+        cv_sum, row_diffs = self._row_differences(theta, theta_new)
 
         mu0 = austerity_mu0(log_u, log_rest, 0.0, self.n_rows, cv_sum)
         return sequential_mh_test(

@@ -221,20 +221,8 @@ class BarkerMinibatch(SubsamplingStep):
         """
         if math.isnan(log_rest):
             log_rest = -math.inf  # NaN prior or proposal term: reject without reading data
-        cv = self.control_variate
-        if cv is None:
-            rest = log_rest
-
-            def terms(idx):
-                return self.likelihood.loglik_diff(theta, theta_new, idx)
-        else:
-            rest = log_rest + cv.estimate_sum(theta, theta_new)
-
-            def terms(idx):
-                return cv.remainder(theta, theta_new, idx)
-
-        def row_diffs(idx):
-            return self._finite_or_reject(terms(idx))  # NaN density: reject
+        cv_sum, row_diffs = self._row_differences(theta, theta_new)  # NaN density: reject
+        rest = log_rest + cv_sum
 
         return barker_minibatch_test(
             row_diffs,

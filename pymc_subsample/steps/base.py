@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -424,6 +424,22 @@ class SubsamplingStep(ArrayStepShared):
             self._non_finite = True
             values = np.where(np.isnan(values), -np.inf, values)
         return values
+
+    def _row_differences(
+        self, theta: np.ndarray, theta_new: np.ndarray
+    ) -> tuple[float, Callable[[np.ndarray], np.ndarray]]:
+        """The per-row population a kernel reads for ``θ → θ'``, and its data-free part.
+
+        With control variates: ``(Σ r̂_i, idx ↦ ξ_i)``, the estimate from ``G`` and ``H`` and
+        the remainders; without: ``(0, idx ↦ ℓ_i(θ') − ℓ_i(θ))``. Either way the rows' values
+        pass through :meth:`_finite_or_reject`.
+        """
+        cv = self.control_variate
+        if cv is None:
+            diff = self.likelihood.loglik_diff
+            return 0.0, lambda idx: self._finite_or_reject(diff(theta, theta_new, idx))
+        return cv.estimate_sum(theta, theta_new), lambda idx: self._finite_or_reject(
+            cv.remainder(theta, theta_new, idx))
 
     def _phi(self, theta: np.ndarray) -> np.ndarray:
         if self._cached_phi is None or not np.array_equal(theta, self._cached_theta):

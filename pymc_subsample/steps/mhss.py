@@ -256,12 +256,6 @@ class MHSS(SubsamplingStep):
     def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
 
-    def _full_remainder_sum(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
-        remainder = self.control_variate.remainder
-        return self.likelihood.sum_over_rows(
-            lambda idx: self._finite_or_reject(remainder(theta, theta_new, idx))
-        )
-
     def _decide(
         self,
         theta: np.ndarray,
@@ -270,14 +264,15 @@ class MHSS(SubsamplingStep):
         phi: np.ndarray,
         phi_new: np.ndarray,
     ) -> tuple[bool, dict[str, Any]]:
-        cv = self.control_variate
+        cv_sum, remainder = self._row_differences(theta, theta_new)
         info = mhss_accept(
-            log_rest + cv.estimate_sum(theta, theta_new),
+            log_rest + cv_sum,
             self._remainder_scale(theta, theta_new, phi, phi_new),
-            remainder=lambda idx: self._finite_or_reject(cv.remainder(theta, theta_new, idx)),
+            remainder=remainder,
             row_constants=self.row_constants,
             sampler=self.sampler,
-            full_remainder_sum=lambda: self._full_remainder_sum(theta, theta_new),
+            # the counted full-data fallback: the same remainders, chunk by chunk over all rows
+            full_remainder_sum=lambda: self.likelihood.sum_over_rows(remainder),
             rng_index=self.rng_index,
             rng_accept=self.rng_accept,
         )
