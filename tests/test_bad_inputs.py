@@ -418,7 +418,6 @@ CASES = [
          POSTERIOR),
     Case("MHSS: Poisson with softplus mean", poisson_softplus, MHSS, POSTERIOR),
     Case("MHSS: Poisson with exp link (region-valid bounds)", poisson_exp, MHSS, POSTERIOR),
-    Case("MHSS: Normal with sampled sigma", normal_sampled_sigma, MHSS, POSTERIOR),
     Case("AusterityMH: Normal with sampled sigma", normal_sampled_sigma, AUSTERITY, POSTERIOR),
     Case("BarkerMinibatch: Normal with sampled sigma", normal_sampled_sigma, BARKER, POSTERIOR),
     Case("BarkerMinibatch: StudentT", studentt, BARKER, POSTERIOR),

@@ -1,8 +1,9 @@
 """The real-data examples end to end at a reduced size (CI smoke tests): table, stats, plot.
 
 The full runs, with their figures, are in ``docs/benchmarks.md``; here each example runs on a few
-thousand rows with short chains (NUTS only 10 + 10 iterations: every one reads all rows), and the
-test checks what it prints and writes, and that MHSS read a small share of the rows.
+thousand rows with one short chain each (NUTS only 10 + 10 iterations: every one reads all
+rows), and the test checks what it prints and writes, and that MHSS read a small share of the
+rows.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def test_example_runs_and_prints_the_comparison(name, package, rows, tmp_path, c
     pytest.importorskip(package)
     png = tmp_path / f"{name}.png"
     result = _main(name)([
-        "--rows", str(rows), "--draws", "300", "--tune", "200", "--nuts-draws", "10",
+        "--rows", str(rows), "--chains", "1", "--draws", "300", "--tune", "200",
+        "--nuts-draws", "10",
         "--out", str(png),
     ])
     printed = capsys.readouterr().out

@@ -4,7 +4,8 @@
 ``f(μ, λ) = −½(y − μ)² e^{−2λ} − λ`` on the ball ``‖φ‖ ≤ r``, with ``M`` without Lemma 1's angle
 factors. Checked: the bound on 10⁴ random pairs in the ball against remainders computed here
 from the Normal formulas (independent of the package), and the posterior of ``b`` and ``σ``
-against NUTS (``tests/make_glm_references.py``).
+against NUTS (``tests/make_glm_references.py``). One test builds the step once and makes every
+check, so that a parallel run compiles it on one worker only.
 """
 
 from __future__ import annotations
@@ -16,38 +17,37 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
+from pymc_subsample.bounds import normal_scale_row_constants
 from pymc_subsample.datasets import glm_data, glm_model
 from tests.make_glm_references import reference_path
 from tests.pairs import worst_bound_ratio
 from tests.posterior import SAMPLE, assert_matches
 
 N_ROWS, DIM, SEED = 20_000, 4, 9
+#: The rows the pair test evaluates (a random tenth: the bound holds row by row).
+PAIR_ROWS = np.sort(np.random.default_rng(0).choice(N_ROWS, size=2000, replace=False))
 
 
-@pytest.fixture(scope="module")
-def scale_steps():
+def _build():
     X, y = glm_data(N_ROWS, DIM, "gaussian_scale", seed=SEED)
     model = glm_model(X, y, "gaussian_scale")
     with model:
-        steps = {order: pms.MHSS(cv_order=order) for order in (1, 2)}
-    return X, y, model, steps
+        step = pms.MHSS(cv_order=2)
+    return X, y, model, step
 
 
-def test_step_reads_the_model_as_two_predictors(scale_steps):
-    _, _, _, steps = scale_steps
-    step = steps[2]
+def _check_reads_two_predictors(step):
     assert not step.sharp_angles and np.isfinite(step.region_radius)
     assert step.setup_profile["full_data_passes"] >= 2  # the reference fit + the constants
 
 
-@pytest.mark.parametrize("order", [1, 2])
-def test_scale_bound_holds_on_random_pairs(scale_steps, order):
-    """10⁴ pairs (φ, φ') in the ball, half of them close pairs: |ξ_i| ≤ c_i M on every row."""
-    X, y, _, steps = scale_steps
-    step = steps[order]
+def _check_bound_on_random_pairs(X, y, step, order):
+    """10⁴ pairs (φ, φ') in the ball, half of them close pairs: |ξ_i| ≤ c_i M on 2000 random
+    rows."""
+    X, y = X[PAIR_ROWS], y[PAIR_ROWS]
     frame, r, dim = step.frame, step.region_radius, step.likelihood.dim
     # θ = (b, log σ): the two predictors' rows, whitened
-    a_mu = np.hstack([X, np.zeros((N_ROWS, 1))])
+    a_mu = np.hstack([X, np.zeros((len(y), 1))])
     a_ls = np.zeros(dim)
     a_ls[-1] = 1.0
     xt_mu, xt_ls = frame.whiten_rows(a_mu), frame.whiten_rows(a_ls[None, :])[0]
@@ -60,7 +60,11 @@ def test_scale_bound_holds_on_random_pairs(scale_steps, order):
     res = (y - mu_hat)[:, None]
     g_mu, g_ls = res * e, res**2 * e - 1.0
     h_mm, h_ml, h_ll = -e, -2.0 * res * e, -2.0 * res**2 * e
-    consts = step.row_constants
+    consts = normal_scale_row_constants(
+        order, np.linalg.norm(xt_mu, axis=1), np.full(len(y), np.linalg.norm(xt_ls)),
+        np.abs(y - mu_hat), np.full(len(y), ls_hat), r)
+    if order == 2:  # the step's own constants are the formula's
+        np.testing.assert_allclose(step.row_constants[PAIR_ROWS], consts, rtol=1e-8)
 
     def quad(du, dl):
         return h_mm * du**2 + 2.0 * h_ml * du * dl + h_ll * dl**2
@@ -79,17 +83,25 @@ def test_scale_bound_holds_on_random_pairs(scale_steps, order):
     assert worst > 1e-3  # the pairs reach where the bound matters
 
 
-@pytest.mark.slow
-def test_scale_model_matches_nuts(scale_steps):
-    _, _, model, steps = scale_steps
+def _check_matches_nuts(model, step):
     ref = np.load(reference_path("gaussian_scale", N_ROWS, DIM), allow_pickle=False)
     settings = json.loads(str(ref["settings"]))
     assert (settings["rows"], settings["dim"], settings["data_seed"]) == (N_ROWS, DIM, SEED)
     with model:
-        idata = pm.sample(3000, tune=1000, chains=2, step=steps[2], random_seed=13, **SAMPLE)
+        idata = pm.sample(3000, tune=1000, chains=2, step=step, random_seed=13, **SAMPLE)
     assert_matches(idata, ref["mean"], ref["sd"], ref["mcse"])
     assert_matches(idata, ref["sigma_mean"], ref["sigma_sd"], ref["sigma_mcse"], var="sigma")
     stats = idata.sample_stats
     assert int(stats["clipped"].sum()) == 0
     assert float(stats["full_data_fallback"].mean()) < 1e-3
     assert float(stats["n_data"].mean()) < 10
+
+
+@pytest.mark.slow
+def test_normal_with_sampled_sigma():
+    """One build (compiling it is most of the time), then every check on the same step."""
+    X, y, model, step = _build()
+    _check_reads_two_predictors(step)
+    for order in (1, 2):
+        _check_bound_on_random_pairs(X, y, step, order)
+    _check_matches_nuts(model, step)
