@@ -512,12 +512,16 @@ class LocationScaleTerm:
         The two predictors on the rows ``idx``, as graphs of ``θ`` (broadcast to the rows).
     y : Variable
         Observed values on the rows ``idx``.
+    mu_rows, log_sigma_rows : Variable
+        Their derivatives ``∂μ_i/∂θ`` and ``∂λ_i/∂θ`` (:func:`_rows_of_affine`), free of ``θ``.
     """
 
     name: str
     mu: Variable
     log_sigma: Variable
     y: Variable
+    mu_rows: Variable
+    log_sigma_rows: Variable
 
 
 def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScaleTerm] | None:
@@ -544,16 +548,18 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
             for v in lik.in_theta([pt.broadcast_to(mu, (rows,)),
                                    pt.broadcast_to(pt.log(sd), (rows,))])
         )
+        rows_of = []
         for what, graph in (("mean", mu_theta), ("log(sigma)", log_sigma_theta)):
             try:
-                _rows_of_affine(block.name, graph, lik.theta)
+                rows_of.append(_rows_of_affine(block.name, graph, lik.theta))
             except SubsamplingModelError:
                 raise _unsupported(
                     block.name, f"it is a Normal with a sampled sigma, but its {what} is not "
                     "affine in the sampled parameters (sigma = exp(affine) or a positive prior "
                     "on sigma are)"
                 ) from None
-        found.append(LocationScaleTerm(block.name, mu_theta, log_sigma_theta, block.value))
+        found.append(LocationScaleTerm(block.name, mu_theta, log_sigma_theta, block.value,
+                                       *rows_of))
     return found
 
 
@@ -571,8 +577,8 @@ class LocationScaleConstants:
         outputs = []
         for term in terms:
             outputs += [
-                _rows_of_affine(term.name, term.mu, lik.theta),
-                _rows_of_affine(term.name, term.log_sigma, lik.theta),
+                term.mu_rows,
+                term.log_sigma_rows,
                 pt.cast(term.mu, "float64"),
                 pt.cast(term.log_sigma, "float64"),
                 pt.cast(term.y, "float64"),
