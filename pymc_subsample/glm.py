@@ -19,35 +19,30 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
-import pymc as pm
 import pytensor.tensor as pt
-from pytensor.gradient import Rop, grad
+from pytensor.gradient import Rop
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import graph_replace, vectorize_graph
+from pytensor.graph.replace import vectorize_graph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
 from pytensor.ifelse import ifelse
-from pytensor.scalar.basic import Exp, Second
-from pytensor.scalar.math import Sigmoid, Softplus
+from pytensor.scalar.basic import Exp, Log, Mul, Pow, Reciprocal, Second, TrueDiv
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.math import Dot
-from pytensor.tensor.random.basic import BernoulliRV, NormalRV, PoissonRV
+from pytensor.tensor.random.basic import NormalRV
 from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.variable import TensorConstant
 from threadpoolctl import threadpool_limits
 
-from pymc_subsample.bounds import (
-    REGION_FAMILIES,
-    glm_row_constants,
-    normal_scale_row_constants,
-    region_radius,
-    region_row_constants,
-)
+from pymc_subsample.bounds import Family, normal_scale_row_constants, region_radius, registered
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame
-from pymc_subsample.likelihood import SubsampledLikelihood, probit_predictor, probit_row_logp
+from pymc_subsample.likelihood import SubsampledLikelihood
+
+#: Outputs of the data pass per observed variable before the family's fixed parameters.
+_PIECES = 7
 
 __all__ = [
     "GLMPass",
@@ -70,28 +65,25 @@ class GLMTerm:
     ----------
     name : str
         The observed variable.
-    family : str
-        One of :data:`pymc_subsample.bounds.FAMILIES`.
+    family : Family
+        Its family and link (:mod:`pymc_subsample.bounds`); ``family.name`` is one of
+        :data:`pymc_subsample.bounds.FAMILIES`.
     eta : Variable
         Linear predictor on the rows ``idx`` as a graph of ``θ``.
     y : Variable
         Observed values on the rows ``idx``.
-    sigma : Variable or None
-        Normal's fixed standard deviation on the rows ``idx`` (broadcast), else ``None``.
-    row_logp_of_eta : Variable
-        The row's log-likelihood ``f(η_i; y_i)`` as a graph of :attr:`eta_input` alone (no
-        parameters): its derivatives in ``η`` are elementwise.
-    eta_input : Variable
-        The free vector standing for ``η`` in :attr:`row_logp_of_eta`.
+    params : tuple of Variable
+        The family's fixed parameters (:attr:`Family.params`) on the rows ``idx``, broadcast.
+    rows : Variable
+        ``∂η_i/∂θ`` as an ``(n, d)`` graph, free of ``θ`` (:func:`_rows_of_affine`).
     """
 
     name: str
-    family: str
+    family: Family
     eta: Variable
     y: Variable
-    sigma: Variable | None = None
-    row_logp_of_eta: Variable | None = None
-    eta_input: Variable | None = None
+    params: tuple[Variable, ...]
+    rows: Variable
 
 
 def _scalar_op(var: Variable):
@@ -102,13 +94,12 @@ def _scalar_op(var: Variable):
 
 
 def _unsupported(name: str, what: str) -> SubsamplingModelError:
+    supported = "; ".join(f.description for f in registered())
     return SubsamplingModelError(
-        f"MHSS has no automatic bound for observed variable '{name}': {what}. Supported: "
-        "Bernoulli with logit or probit link, Poisson with mean softplus(eta) or exp(eta), "
-        "Normal with identity mean and fixed or sampled sigma (log sigma affine), each with a "
-        "linear predictor affine in the parameters. Pass your own bound with "
-        "MHSS(bound=pms.UserBound(...)), or use AusterityMH or BarkerMinibatch, which need no "
-        "bound."
+        f"MHSS has no automatic bound for observed variable '{name}': {what}. Supported, each "
+        f"with eta affine in the parameters: {supported}; and Normal with a sampled sigma "
+        "(mean and log sigma affine). Pass your own bound with MHSS(bound=pms.UserBound(...)), "
+        "or use AusterityMH or BarkerMinibatch, which need no bound."
     )
 
 
@@ -117,15 +108,24 @@ def _depends_on_parameters(var: Variable, lik: SubsampledLikelihood) -> bool:
     return any(v in values for v in ancestors([var]))
 
 
+def _dist_name(op) -> str:
+    return type(op).__name__.removesuffix("RV")
+
+
 def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
     """Recognise every observed variable of ``lik`` as a supported GLM, or raise.
+
+    Each registered family of the variable's distribution is asked in turn to read its
+    predictor and fixed parameters (:meth:`Family.read`); the first that does is checked:
+    its fixed parameters must not depend on the sampled ones, and its predictor (after
+    simplifying ``log`` of products and exponentials) must be affine in them.
 
     Raises
     ------
     SubsamplingModelError
         Naming the variable, when its family or link has no bound here.
     """
-    rows = lik.idx.shape[0]
+    n_rows = lik.idx.shape[0]
     terms = []
     for block in lik.blocks:
         if block.value.type.ndim != 1:
@@ -135,62 +135,74 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
                 "predictor per row is needed); reshape it into one observed variable per column",
             )
         op = block.rv.owner.op
-        if not isinstance(op, BernoulliRV | PoissonRV | NormalRV):
-            raise _unsupported(block.name, f"its family is {type(op).__name__.removesuffix('RV')}")
-        params = op.dist_params(block.rv.owner)
-        sigma = None
-        if isinstance(op, BernoulliRV):
-            (p,) = params
-            if isinstance(_scalar_op(p), Sigmoid):
-                family, eta = "bernoulli_logit", p.owner.inputs[0]
-            else:
-                # the same reading as the likelihood layer's stable probit row terms
-                family, eta = "bernoulli_probit", probit_predictor(p)
-                if eta is None:
-                    raise _unsupported(block.name, "its Bernoulli p is not sigmoid(eta) or "
-                                       "invprobit(eta)")
-        elif isinstance(op, PoissonRV):
-            (mu,) = params
-            if isinstance(_scalar_op(mu), Softplus):
-                family = "poisson_softplus"
-            elif isinstance(_scalar_op(mu), Exp):
-                family = "poisson_log"  # bounds on a region around θ̂ (bounds.region_radius)
-            else:
-                raise _unsupported(block.name, "its Poisson mean is not softplus(eta) or "
-                                   "exp(eta)")
-            eta = mu.owner.inputs[0]
-        elif isinstance(op, NormalRV):
-            mu, sd = params
-            if _depends_on_parameters(sd, lik):
-                raise _unsupported(block.name, "its Normal sigma is a sampled parameter and "
-                                   "another observed variable is not such a Normal (MHSS bounds "
-                                   "a sampled sigma when every observed variable is one)")
-            family, eta = "normal_identity", mu
-            sigma = pt.broadcast_to(sd, (rows,))
+        candidates = [f for f in registered() if isinstance(op, f.rv_op)]
+        if not candidates:
+            raise _unsupported(block.name, f"its family is {_dist_name(op)}")
+        dist_params = op.dist_params(block.rv.owner)
+        for fam in candidates:
+            read = fam.read(dist_params)
+            if read is not None:
+                break
         else:
-            raise _unsupported(block.name, f"its family is {type(op).__name__.removesuffix('RV')}")
-        eta = pt.broadcast_to(eta, (rows,))
-        (eta_theta,) = lik.in_theta([eta])
-        eta_input = pt.vector(f"{block.name}_eta", dtype=eta_theta.dtype)
-        row_logp = _family_logp(family, eta_input, block.value, sigma)
-        terms.append(
-            GLMTerm(block.name, family, eta_theta, block.value, sigma, row_logp, eta_input)
-        )
+            links = " or ".join(f.description for f in candidates)
+            raise _unsupported(block.name, f"its {_dist_name(op)} is not {links}")
+        eta, fixed = read
+        for param_name, value in zip(fam.params, fixed, strict=True):
+            if _depends_on_parameters(value, lik):
+                what = (
+                    "its Normal sigma is a sampled parameter and another observed variable is "
+                    "not such a Normal (MHSS bounds a sampled sigma when every observed "
+                    "variable is one)" if fam.name == "normal_identity" else
+                    f"its {param_name} depends on the sampled parameters (MHSS bounds "
+                    f"{fam.description})"
+                )
+                raise _unsupported(block.name, what)
+        (eta_theta,) = lik.in_theta([_simplify_log(pt.broadcast_to(eta, (n_rows,)))])
+        params = tuple(pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in fixed)
+        try:
+            rows = _rows_of_affine(block.name, eta_theta, lik.theta)
+        except SubsamplingModelError:
+            if fam.link_hint is None:
+                raise
+            raise _unsupported(block.name, fam.link_hint) from None
+        terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows))
     return terms
 
 
-def _family_logp(family: str, eta: Variable, y: Variable, sigma: Variable | None) -> Variable:
-    """``f(η; y)``, one entry per row, from PyMC's own distributions (with stable tails)."""
-    if family == "bernoulli_logit":
-        return pm.logp(pm.Bernoulli.dist(logit_p=eta), y)
-    if family == "bernoulli_probit":
-        # log Φ(±η) without the cancellation of 1 − Φ(η)
-        return probit_row_logp(eta, y)
-    if family == "poisson_softplus":
-        return pm.logp(pm.Poisson.dist(mu=pt.softplus(eta)), y)
-    if family == "poisson_log":
-        return pm.logp(pm.Poisson.dist(mu=pt.exp(eta)), y)
-    return pm.logp(pm.Normal.dist(mu=eta, sigma=sigma), y)
+@node_rewriter([Elemwise])
+def _split_log_node(fgraph, node):
+    """``log`` of a product, quotient, power or exponential as a sum of simpler terms.
+
+    ``log(a·b) → log a + log b``, ``log(a/b) → log a − log b``, ``log(1/a) → −log a``,
+    ``log(a^k) → k log a``, ``log(e^a) → a``: so that a mean ``t·exp(Xβ)`` or a scale
+    ``exp(Xβ)/α`` gives a predictor whose affinity the rewrites can see. Where a factor is
+    negative the new graph is NaN, and the family check of every pass refuses it.
+    """
+    if not isinstance(node.op.scalar_op, Log):
+        return None
+    (x,) = node.inputs
+    op = _scalar_op(x)
+    if isinstance(op, Exp):
+        out = x.owner.inputs[0]
+    elif isinstance(op, Mul):
+        out = pt.add(*(pt.log(v) for v in x.owner.inputs))
+    elif isinstance(op, TrueDiv):
+        a, b = x.owner.inputs
+        out = pt.log(a) - pt.log(b)
+    elif isinstance(op, Reciprocal):
+        out = -pt.log(x.owner.inputs[0])
+    elif isinstance(op, Pow):
+        a, k = x.owner.inputs
+        out = k * pt.log(a)
+    else:
+        return None
+    return [pt.cast(pt.broadcast_to(out, node.outputs[0].shape), node.outputs[0].dtype)]
+
+
+def _simplify_log(graph: Variable) -> Variable:
+    graph = rewrite_graph(graph, include=(),
+                          custom_rewrite=in2out(_split_log_node, ignore_newtrees=False))
+    return rewrite_graph(graph, include=("canonicalize", "stabilize"))
 
 
 @dataclass(frozen=True)
@@ -250,11 +262,14 @@ class GLMPass:
             outputs += [
                 ifelse(check, pt.cast(model_terms, "float64").sum(), zero),
                 f.sum(),
-                _rows_of_affine(term.name, term.eta, lik.theta),
+                term.rows,
                 f1,
                 f2,
                 pt.cast(term.y, "float64"),
+                pt.cast(term.eta, "float64"),
+                *term.params,
             ]
+        self._widths = [_PIECES + len(t.params) for t in self.terms]
         self._fn = lik.compile([lik.theta, lik.idx, check], outputs)
         # the model's terms and the family's f round differently, more so in float32 models
         float64 = all(v.dtype == "float64" for v in lik.value_vars)
@@ -263,13 +278,13 @@ class GLMPass:
         #: ``r`` of the region ``‖φ‖ ≤ r`` on which the row constants hold (``inf``: globally)
         self.region_radius = (
             region_radius(lik.dim)
-            if any(t.family in REGION_FAMILIES for t in self.terms) else math.inf
+            if any(t.family.region_only for t in self.terms) else math.inf
         )
 
     def rows(
         self, theta: np.ndarray, idx: np.ndarray, *, check: bool = True
     ) -> tuple[float, list[tuple]]:
-        """Per-row pieces on the rows ``idx``: ``(Σ ℓ_i, [(x, f', f'', y) per variable])``.
+        """Per-row pieces on the rows ``idx``: ``(Σ ℓ_i, [(x, f', f'', y, η, κ) per variable])``.
 
         ``check=True`` also evaluates the model's own log-likelihood on these rows and
         compares its sum with the family's (:meth:`_check_family`).
@@ -280,13 +295,14 @@ class GLMPass:
             If the family's log-likelihood is not the model's on these rows.
         """
         out = self._fn(theta, idx, np.bool_(check))
-        total, pieces = 0.0, []
-        for j, term in enumerate(self.terms):
-            model_sum, family_sum, x, f1, f2, y = out[6 * j : 6 * j + 6]
+        total, pieces, start = 0.0, [], 0
+        for term, width in zip(self.terms, self._widths, strict=True):
+            model_sum, family_sum, x, f1, f2, y, eta, *params = out[start : start + width]
+            start += width
             if check:
                 self._check_family(term, float(model_sum), float(family_sum), len(idx))
             total += float(family_sum)
-            pieces.append((np.asarray(x).reshape(len(idx), -1), f1, f2, y))
+            pieces.append((np.asarray(x).reshape(len(idx), -1), f1, f2, y, eta, tuple(params)))
         return total / self.lik.temperature, pieces
 
     def _check_family(self, term: GLMTerm, model_sum: float, family_sum: float, n: int) -> None:
@@ -299,7 +315,7 @@ class GLMPass:
             return
         if not abs(model_sum - family_sum) <= self._family_rtol * (abs(model_sum) + n):
             raise SubsamplingModelError(
-                f"Observed variable '{term.name}' was read as a GLM ({term.family}), but its "
+                f"Observed variable '{term.name}' was read as a GLM ({term.family.name}), but its "
                 f"log-likelihood on {n} rows is {model_sum:.10g} where the family gives "
                 f"{family_sum:.10g}. Use AusterityMH or BarkerMinibatch, or MHSS with "
                 "bound=pms.UserBound(...), and report the model."
@@ -347,15 +363,12 @@ class GLMPass:
             for chunk in lik.row_chunks() if full_data else idx_chunks:
                 s, pieces = self.rows(theta, chunk, check=check)
                 total += s
-                for term, (x, f1, f2, y) in zip(self.terms, pieces, strict=True):
+                for term, (x, f1, f2, y, eta, params) in zip(self.terms, pieces, strict=True):
                     g += x.T @ f1
                     h += x.T @ (f2[:, None] * x)
                     if consts is not None:
-                        xt = whiten_rows(x) if whiten_rows is not None else x
-                        consts[chunk] += _row_constants(
-                            term.family, order, xt, y, f2, self.region_radius,
-                            whitened=whiten_rows is not None,
-                        )
+                        consts[chunk] += self._row_constants(term, order, x, y, eta, params,
+                                                             whiten_rows)
         if full_data:
             self.n_passes += 1
         # lik.terms is tempered already; f' and f'' come from the untempered family logp
@@ -365,42 +378,32 @@ class GLMPass:
         return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
 
 
+    def _row_constants(self, term, order, x, y, eta_hat, params, whiten_rows) -> np.ndarray:
+        """``c_i`` of one variable's rows in a chunk (:meth:`Family.row_constants`).
+
+        A region family's constants hold on ``‖φ‖ ≤ r`` (whitened rows only); the pass runs at
+        ``θ̂`` itself, so ``eta_hat`` is ``η̂_i``.
+        """
+        if whiten_rows is None and term.family.region_only:
+            raise ValueError(f"family {term.family.name!r} has row constants on a region of "
+                             "the Laplace frame only: pass whiten_rows")
+        xt = whiten_rows(x) if whiten_rows is not None else x
+        radius = self.region_radius if term.family.region_only else math.inf
+        return term.family.row_constants(order, _row_norms(xt), y, params, eta_hat=eta_hat,
+                                         radius=radius)
+
+
 def family_terms(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable, Variable]:
     """``f(η_i; y_i)``, ``f'(η_i; y_i)`` and ``f''(η_i; y_i)`` per row, as graphs of a given ``η``.
 
-    Closed forms for the logistic, softplus-Poisson and Normal families (small graphs: they
+    The family's closed forms (:meth:`pymc_subsample.bounds.Family.terms`): small graphs that
     compile in a fraction of the time of their autodiff, in the data pass and in the control
-    variates), autodiff of :attr:`GLMTerm.row_logp_of_eta` otherwise. ``f'_i`` depends on
-    ``η_i`` alone, so the gradient of ``Σ f'_i`` is ``f''``. :class:`GLMPass` checks on every
-    pass that ``Σ f`` equals the model's own log-likelihood.
+    variates. ``f'_i`` depends on ``η_i`` alone, so the gradient of ``Σ f'_i`` is ``f''``.
+    :class:`GLMPass` checks that ``Σ f`` equals the model's own log-likelihood.
     """
     y = pt.cast(term.y, "float64")
-    eta = pt.cast(eta, "float64")
-    if term.family == "bernoulli_logit":
-        # f = yη − log(1 + e^η), f' = y − σ(η), f'' = −σ(η)σ(−η)
-        p = pt.sigmoid(eta)
-        return y * eta - pt.softplus(eta), y - p, -p * pt.sigmoid(-eta)
-    if term.family == "poisson_softplus":
-        # μ = softplus(η), μ' = σ(η), μ'' = σ(η)σ(−η); f = y log μ − μ − log y!
-        mu, s = pt.softplus(eta), pt.sigmoid(eta)
-        r = y / mu - 1.0
-        f = pt.switch(pt.eq(y, 0), 0.0, y * pt.log(mu)) - mu - pt.gammaln(y + 1.0)
-        return f, r * s, r * s * pt.sigmoid(-eta) - y * (s / mu) ** 2
-    if term.family == "poisson_log":
-        # f = yη − e^η − log y!, f' = y − e^η, f'' = −e^η
-        mu = pt.exp(eta)
-        return y * eta - mu - pt.gammaln(y + 1.0), y - mu, -mu
-    if term.family == "normal_identity":
-        inv_var = 1.0 / pt.cast(term.sigma, "float64") ** 2
-        resid = y - eta
-        f = -0.5 * resid**2 * inv_var + 0.5 * pt.log(inv_var) - 0.5 * np.log(2 * np.pi)
-        return f, resid * inv_var, -inv_var * pt.ones_like(eta)
-    f1 = grad(term.row_logp_of_eta.sum(), term.eta_input)
-    f2 = grad(f1.sum(), term.eta_input)
-    f, f1, f2 = graph_replace(
-        [term.row_logp_of_eta, f1, f2], {term.eta_input: eta}, strict=False
-    )
-    return pt.cast(f, "float64"), pt.cast(f1, "float64"), pt.cast(f2, "float64")
+    f, f1, f2 = term.family.terms(pt.cast(eta, "float64"), y, *term.params)
+    return tuple(pt.cast(pt.broadcast_to(v, eta.shape), "float64") for v in (f, f1, f2))
 
 
 def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
@@ -458,23 +461,6 @@ def _product_with_identity(fgraph, node):
         if value.shape[0] == value.shape[1] and np.array_equal(value, np.eye(len(value))):
             return [pt.cast(a, node.outputs[0].dtype)]
     return None
-
-
-def _row_constants(
-    family: str, order: int, xt: np.ndarray, y: np.ndarray, f2: np.ndarray, radius: float,
-    *, whitened: bool,
-) -> np.ndarray:
-    norm = _row_norms(xt)
-    if family == "normal_identity":
-        # f'' = −1/σ_i² exactly (known per-row σ) and f''' = 0
-        return np.abs(f2) * norm**2 if order == 1 else np.zeros_like(norm)
-    if family in REGION_FAMILIES:
-        if not whitened:
-            raise ValueError(f"family {family!r} has row constants on a region of the "
-                             "Laplace frame only: pass whiten_rows")
-        # the pass runs at θ̂ itself, so f2 is f''(η̂_i)
-        return region_row_constants(family, order, norm, f2, radius)
-    return glm_row_constants(norm, y, family, order)
 
 
 def glm_bound_constants(

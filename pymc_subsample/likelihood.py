@@ -34,7 +34,6 @@ from typing import NoReturn
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
-from pymc.distributions.dist_math import normal_lcdf
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.distributions.shape_utils import change_dist_size
 from pymc.pytensorf import compile as pm_compile
@@ -45,12 +44,9 @@ from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, toposort
 from pytensor.ifelse import ifelse
-from pytensor.scalar.basic import Mul
-from pytensor.scalar.math import Erfc
 from pytensor.scan.op import Scan
-from pytensor.tensor.basic import get_scalar_constant_value, get_underlying_scalar_constant_value
+from pytensor.tensor.basic import get_scalar_constant_value
 from pytensor.tensor.blockwise import Blockwise
-from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.math import All, Any, Dot
 from pytensor.tensor.random.basic import BernoulliRV
@@ -62,6 +58,7 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.type_other import NoneTypeT
 from pytensor.tensor.variable import TensorConstant
 
+from pymc_subsample.bounds.bernoulli import probit_predictor, probit_row_logp
 from pymc_subsample.errors import SubsamplingModelError
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]
@@ -75,26 +72,6 @@ _CHECK_SEED = 20240611
 _CHECK_ROWS = 16
 #: Standard deviation of the random move away from the initial point for the setup checks.
 _CHECK_STEP = 0.2
-
-
-def probit_predictor(p: Variable) -> Variable | None:
-    """``η`` when ``p`` is PyMC's ``invprobit(η) = ½·erfc(−η/√2)`` (by its graph), else None."""
-    node = p.owner
-    if not (node is not None and isinstance(node.op, Elemwise)
-            and isinstance(node.op.scalar_op, Mul) and len(node.inputs) == 2):
-        return None
-    for half, other in (node.inputs, node.inputs[::-1]):
-        try:
-            if float(get_underlying_scalar_constant_value(half)) != 0.5:
-                continue
-        except NotScalarConstantError:
-            continue
-        inner = other.owner
-        if inner is not None and isinstance(inner.op, Elemwise) and isinstance(
-            inner.op.scalar_op, Erfc
-        ):
-            return -np.sqrt(2.0) * inner.inputs[0]
-    return None
 
 
 def _stable_probit_logp(rv: Variable, value: Variable) -> Variable | None:
@@ -112,11 +89,6 @@ def _stable_probit_logp(rv: Variable, value: Variable) -> Variable | None:
     y = pt.cast(value, "float64")
     logp = pt.switch(pt.eq(y, 0.0) | pt.eq(y, 1.0), probit_row_logp(eta, y), -np.inf)
     return pt.broadcast_to(logp, value.shape)
-
-
-def probit_row_logp(eta: Variable, y: Variable) -> Variable:
-    """``log Φ(η)`` for ``y = 1`` and ``log Φ(−η)`` for ``y = 0``, stable in both tails."""
-    return normal_lcdf(0.0, 1.0, (2.0 * pt.cast(y, "float64") - 1.0) * pt.cast(eta, "float64"))
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,8 @@ def test_region_bound_holds_on_random_pairs(poisson_log_step, order):
 
     mu_hat = np.exp(eta_hat)[:, None]
     f1, f2 = y[:, None] - mu_hat, -mu_hat
-    consts = region_row_constants("poisson_log", order, np.linalg.norm(xt, axis=1),
-                                  -mu_hat[:, 0], r)
+    consts = region_row_constants("poisson_log", order, np.linalg.norm(xt, axis=1), y,
+                                  eta_hat, r)
     if order == 2:  # the step's own constants are the formula's
         np.testing.assert_allclose(step.row_constants[PAIR_ROWS], consts, rtol=1e-8)
 

@@ -1,0 +1,186 @@
+r"""What a likelihood family is to MHSS: one small object per family and link.
+
+A GLM row is :math:`\ell_i(\theta) = f(\eta_i; y_i, \kappa_i)` with one linear predictor
+:math:`\eta_i` affine in :math:`\theta` and fixed (not sampled) per-row parameters
+:math:`\kappa_i` (a Normal's σ, a Gamma's shape, a Student-t's ν and σ). By Theorem 2 of Prado,
+Nemeth & Sherlock (2024) and Cauchy–Schwarz, the order-``k`` control-variate error of such a row
+is at most :math:`c_i M(\theta, \theta')` with
+
+.. math::
+
+    c_i = \sup_{\eta \in I_i} |f^{(k+1)}(\eta; y_i, \kappa_i)| \; s_i^{k+1},
+
+where :math:`s_i` is the length of the row's covariate vector (whitened,
+:math:`\lVert L^\top x_i \rVert`, or Euclidean, :math:`\lVert x_i\rVert`) and :math:`I_i` holds
+every :math:`\eta_i` the Taylor remainder visits: the whole line for families whose derivatives
+are bounded, the interval :math:`\hat\eta_i \pm r s_i` on the region :math:`\lVert\varphi\rVert
+\le r` for the others (``docs/methods/mhss.md``, "Region-valid bounds").
+
+A family therefore gives four things: how to read :math:`\eta` and :math:`\kappa` off the
+observed variable's PyMC graph (:meth:`Family.read`), :math:`f, f', f''` as PyTensor graphs for
+the data passes and control variates (:meth:`Family.terms`), :math:`f` in NumPy
+(:meth:`Family.loglik`, for tests and users) and :meth:`Family.derivative_sup`. Adding a family
+is one subclass registered with :func:`register` and one test file.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+from pytensor.graph.basic import Variable
+
+from pymc_subsample.bounds.remainder import check_order
+
+__all__ = ["Family", "family", "registered", "register"]
+
+
+class Family:
+    """A likelihood family and link whose rows are ``f(η; y, κ)``.
+
+    Class attributes
+    ----------------
+    name : str
+        Identifier, e.g. ``"poisson_log"``.
+    description : str
+        How a user writes it in PyMC (for messages and docs).
+    rv_op : type
+        PyTensor ``RandomVariable`` op class of the observed variable.
+    params : tuple of str
+        Names of the fixed per-row parameters ``κ`` (empty for most families).
+    region_only : bool
+        ``True`` when ``sup |f^{(k+1)}|`` over the whole line is infinite for some ``y``: the
+        constants then hold on a region of the Laplace frame only.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    rv_op: ClassVar[type]
+    params: ClassVar[tuple[str, ...]] = ()
+    region_only: ClassVar[bool] = False
+    #: What to say when the predictor read is not affine, for a family whose :meth:`read`
+    #: accepts any graph (a log link reads ``log(mean)``); ``None``: "not affine".
+    link_hint: ClassVar[str | None] = None
+
+    def read(self, dist_params: list[Variable]) -> tuple[Variable, tuple[Variable, ...]] | None:
+        """``(η, κ)`` read off the observed variable's distribution parameters, or ``None``.
+
+        ``None`` means the graph is not this family's link; the caller then tries the next
+        family of the same distribution. ``η`` need not be simplified: the caller rewrites it
+        and checks that it is affine in the sampled parameters, and that ``κ`` is free of them.
+        """
+        raise NotImplementedError
+
+    def terms(
+        self, eta: Variable, y: Variable, *params: Variable
+    ) -> tuple[Variable, Variable, Variable]:
+        """``f``, ``f'`` and ``f''`` per row as float64 PyTensor graphs of ``η`` (closed forms)."""
+        raise NotImplementedError
+
+    def loglik(self, eta: np.ndarray, y: np.ndarray, *params: np.ndarray) -> np.ndarray:
+        """``f(η; y, κ)`` per row in NumPy, equal to the distribution's log-density."""
+        raise NotImplementedError
+
+    def derivative_sup(
+        self,
+        order: int,
+        y: np.ndarray,
+        *params: np.ndarray,
+        lower: np.ndarray | float = -math.inf,
+        upper: np.ndarray | float = math.inf,
+    ) -> np.ndarray:
+        r"""Per-row bound on :math:`\sup_{\eta\in[\text{lower}, \text{upper}]}|f^{(k+1)}(\eta)|`.
+
+        ``order`` is the Taylor order ``k`` (1 or 2). The default interval is the whole line,
+        where a :attr:`region_only` family's bound is infinite for some rows.
+        """
+        raise NotImplementedError
+
+    def check_y(self, y: np.ndarray) -> np.ndarray:
+        """``y`` as float64, or ``ValueError`` when it is outside the family's support."""
+        y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            raise ValueError("y must be finite")
+        return y
+
+    def check_params(self, params: tuple) -> tuple[np.ndarray, ...]:
+        """The fixed parameters as float64 arrays, or ``ValueError`` naming the bad one."""
+        if len(params) != len(self.params):
+            raise ValueError(f"family {self.name!r} needs the fixed parameters {self.params}, "
+                             f"got {len(params)} values")
+        out = []
+        for name, value in zip(self.params, params, strict=True):
+            value = np.asarray(value, dtype=np.float64)
+            if not (np.all(np.isfinite(value)) and np.all(value > 0.0)):
+                raise ValueError(f"{name} must be finite and positive, got {value!r}")
+            out.append(value)
+        return tuple(out)
+
+    def row_constants(
+        self,
+        order: int,
+        norms: np.ndarray,
+        y: np.ndarray,
+        params: tuple[np.ndarray, ...] = (),
+        eta_hat: np.ndarray | None = None,
+        radius: float = math.inf,
+    ) -> np.ndarray:
+        r"""``c_i = sup_{I_i} |f^{(k+1)}| · s_i^{k+1}`` (module docstring).
+
+        Parameters
+        ----------
+        order : {1, 2}
+        norms : ndarray, shape (n,)
+            ``s_i``: ``‖Lᵀx_i‖`` (whitened) or ``‖x_i‖``.
+        y, params : ndarray
+            Observations and fixed parameters per row.
+        eta_hat : ndarray, optional
+            ``η̂_i`` at the reference point; needed with a finite ``radius``.
+        radius : float
+            ``r`` of the region ``‖φ‖ ≤ r`` (whitened norms only); ``inf``: the whole line.
+        """
+        check_order(order)
+        norms = np.asarray(norms, dtype=np.float64)
+        if not np.all(np.isfinite(norms)) or np.any(norms < 0.0):
+            raise ValueError("row norms must be finite and non-negative")
+        y = self.check_y(y)
+        params = self.check_params(params)
+        if math.isfinite(radius):
+            if eta_hat is None:
+                raise ValueError("region constants need eta_hat, the predictor at θ̂")
+            half_width = radius * norms
+            sup = self.derivative_sup(order, y, *params, lower=eta_hat - half_width,
+                                      upper=eta_hat + half_width)
+        else:
+            if self.region_only:
+                raise ValueError(f"family {self.name!r} has no global derivative bound: its "
+                                 "constants hold on a region of the Laplace frame only")
+            sup = self.derivative_sup(order, y, *params)
+        return sup * norms ** (order + 1)
+
+
+#: Every registered family by name, in the order :func:`pymc_subsample.glm.detect_glm_terms`
+#: tries them.
+_REGISTRY: dict[str, Family] = {}
+
+
+def register(cls: type[Family]) -> type[Family]:
+    """Class decorator: add one instance of a family to the registry."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def registered() -> tuple[Family, ...]:
+    """The registered families, in registration order."""
+    return tuple(_REGISTRY.values())
+
+
+def family(name: str | Family) -> Family:
+    """The registered family called ``name`` (a :class:`Family` is returned as it is)."""
+    if isinstance(name, Family):
+        return name
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown family {name!r}; expected one of {tuple(_REGISTRY)}") from None
