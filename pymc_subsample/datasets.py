@@ -49,9 +49,13 @@ __all__ = [
 ]
 
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
-FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale")
+FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale",
+            "cloglog", "gamma_log", "negative_binomial", "student_t")
 #: The noise sd of the ``gaussian_scale`` family's data (its model samples σ).
 GAUSSIAN_SCALE_SIGMA = 2.0
+#: Fixed parameters of the ``gamma_log`` (shape), ``negative_binomial`` (dispersion) and
+#: ``student_t`` (ν, σ) families, in their data and their models.
+GAMMA_SHAPE, NB_ALPHA, STUDENT_NU, STUDENT_SIGMA = 2.0, 3.0, 4.0, 1.5
 
 
 def _check_family(family: str) -> None:
@@ -70,10 +74,13 @@ def glm_data(
         Number of rows ``N``.
     d : int
         Number of coefficients, the intercept included.
-    family : {"logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale"}
-        ``y ~ Bernoulli(logistic(η))``, ``Bernoulli(Φ(η))``, ``Poisson(softplus(η))`` (the
-        Poisson form of Prado et al. 2024, Sec. 5.3), ``N(η, 1)``, ``Poisson(e^η)`` or
-        ``N(η, 2²)`` (:data:`GAUSSIAN_SCALE_SIGMA`; its model samples σ ~ HalfNormal(5)).
+    family : str
+        One of :data:`FAMILIES`: ``y ~ Bernoulli(logistic(η))``, ``Bernoulli(Φ(η))``,
+        ``Poisson(softplus(η))`` (the Poisson form of Prado et al. 2024, Sec. 5.3),
+        ``N(η, 1)``, ``Poisson(e^η)``, ``N(η, 2²)`` (:data:`GAUSSIAN_SCALE_SIGMA`; its model
+        samples σ ~ HalfNormal(5)), ``Bernoulli(1 − exp(−e^η))``, Gamma with mean ``e^η`` and
+        shape :data:`GAMMA_SHAPE`, negative binomial with mean ``e^η`` and dispersion
+        :data:`NB_ALPHA`, or ``η + σ t_ν`` (:data:`STUDENT_NU`, :data:`STUDENT_SIGMA`).
     seed : int, optional
         Seed of the NumPy generator that draws ``X``, ``β`` and ``y``.
 
@@ -102,6 +109,14 @@ def glm_data(
         y = rng.poisson(np.exp(eta))
     elif family == "gaussian_scale":
         y = eta + GAUSSIAN_SCALE_SIGMA * rng.normal(size=n)
+    elif family == "cloglog":
+        y = rng.binomial(1, -np.expm1(-np.exp(eta)))
+    elif family == "gamma_log":
+        y = rng.gamma(GAMMA_SHAPE, np.exp(eta) / GAMMA_SHAPE)
+    elif family == "negative_binomial":
+        y = rng.negative_binomial(NB_ALPHA, NB_ALPHA / (NB_ALPHA + np.exp(eta)))
+    elif family == "student_t":
+        y = eta + STUDENT_SIGMA * rng.standard_t(STUDENT_NU, size=n)
     else:
         y = eta + rng.normal(size=n)
     return X, y
@@ -131,6 +146,14 @@ def glm_model(
         elif family == "gaussian_scale":
             sigma = pm.HalfNormal("sigma", 5.0)
             pm.Normal("y", mu=eta, sigma=sigma, observed=y)
+        elif family == "cloglog":
+            pm.Bernoulli("y", p=1.0 - pm.math.exp(-pm.math.exp(eta)), observed=y)
+        elif family == "gamma_log":
+            pm.Gamma("y", alpha=GAMMA_SHAPE, beta=GAMMA_SHAPE / pm.math.exp(eta), observed=y)
+        elif family == "negative_binomial":
+            pm.NegativeBinomial("y", mu=pm.math.exp(eta), alpha=NB_ALPHA, observed=y)
+        elif family == "student_t":
+            pm.StudentT("y", nu=STUDENT_NU, mu=eta, sigma=STUDENT_SIGMA, observed=y)
         else:
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
     return model

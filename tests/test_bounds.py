@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.special import erfcx, expit, log_expit, ndtr
 
-from pymc_subsample.bounds import remainder
 from pymc_subsample.bounds import (
     FAMILIES,
     REGION_FAMILIES,
     derivative_bound,
     glm_loglik,
     glm_row_constants,
+    remainder,
     remainder_scale,
 )
 

@@ -1,0 +1,93 @@
+"""Checks every likelihood family's test file makes (one file per family, this one shared).
+
+- :func:`sup_on_grid`: ``sup |f^{(k+1)}|`` by 30-digit numerical differentiation (mpmath) of
+  the family's log-density written in the test file, on a grid, to compare with the package's
+  constants (a bound, and nearly attained).
+- :func:`check_pairs`: the MHSS bound ``|ξ_i| ≤ c_i M`` on 10⁴ random pairs in the ball of the
+  Laplace frame on 2000 random rows, with remainders from the test file's own ``f``, ``f'``,
+  ``f''`` (independent of the package); the step's order-2 constants must be the formula's.
+- :func:`check_posterior`: MHSS against the stored NUTS reference at N = 2·10⁴
+  (``tests/make_glm_references.py``): |z| < 4.5, sd within 10 %, nothing clipped, fallbacks
+  below 0.1 %, fewer than 10 rows per iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+import mpmath
+import numpy as np
+import pymc as pm
+
+import pymc_subsample as pms
+from pymc_subsample.bounds import family, region_radius
+from pymc_subsample.datasets import glm_data, glm_model
+from tests.make_glm_references import reference_path
+from tests.pairs import worst_bound_ratio
+from tests.posterior import SAMPLE, assert_matches
+
+N_ROWS, DIM, SEED = 20_000, 4, 9
+#: The rows the pair tests evaluate (a random tenth: the bound holds row by row).
+PAIR_ROWS = np.sort(np.random.default_rng(0).choice(N_ROWS, size=2000, replace=False))
+
+
+def sup_on_grid(f: Callable, order: int, grid: np.ndarray) -> float:
+    """``max |f^{(order+1)}(η)|`` over ``grid``, ``f`` an mpmath function of ``η``."""
+    with mpmath.workdps(30):
+        return max(abs(float(mpmath.diff(f, mpmath.mpf(float(x)), order + 1))) for x in grid)
+
+
+def build(data_family: str):
+    """``(X, y, model, step)``: the family's data and model, and its MHSS step (order 2)."""
+    X, y = glm_data(N_ROWS, DIM, data_family, seed=SEED)
+    model = glm_model(X, y, data_family)
+    with model:
+        step = pms.MHSS(cv_order=2)
+    return X, y, model, step
+
+
+def check_pairs(X, y, step, family_name: str, order: int, params: tuple,
+                f: Callable, f1: Callable, f2: Callable) -> float:
+    """Worst ``|ξ_i| / (c_i M)`` over 10⁴ pairs; ``f(η, y)`` etc. from the test file."""
+    X, y = X[PAIR_ROWS], y[PAIR_ROWS].astype(float)
+    frame = step.frame
+    fam = family(family_name)
+    radius = step.region_radius if fam.region_only else math.inf
+    # pairs drawn in the region when there is one, else in a ball twice the region's size
+    ball = radius if math.isfinite(radius) else 2.0 * region_radius(DIM)
+    xt = frame.whiten_rows(X)
+    eta_hat = X @ frame.theta_hat
+    consts = fam.row_constants(order, np.linalg.norm(xt, axis=1), y, params,
+                               eta_hat=eta_hat, radius=radius)
+    if order == 2:  # the step's own constants are the formula's
+        np.testing.assert_allclose(step.row_constants[PAIR_ROWS], consts, rtol=1e-8)
+    g1, g2 = f1(eta_hat, y)[:, None], f2(eta_hat, y)[:, None]
+
+    def remainders(phi, phi_new):
+        u, u_new = xt @ phi.T, xt @ phi_new.T
+        exact = f(eta_hat[:, None] + u_new, y[:, None]) - f(eta_hat[:, None] + u, y[:, None])
+        taylor = g1 * (u_new - u)
+        if order == 2:
+            taylor = taylor + 0.5 * g2 * (u_new**2 - u**2)
+        return exact - taylor, exact
+
+    worst = worst_bound_ratio(remainders, consts, DIM, ball, order)
+    assert worst <= 1.0, f"bound violated: max |ξ|/(c M) = {worst}"
+    assert worst > 1e-4, f"the pairs never come near the bound: {worst}"
+    return worst
+
+
+def check_posterior(model, step, data_family: str) -> None:
+    """MHSS's posterior of ``b`` against the stored NUTS reference, and its cost."""
+    data = np.load(reference_path(data_family, N_ROWS, DIM), allow_pickle=False)
+    settings = json.loads(str(data["settings"]))
+    assert (settings["rows"], settings["dim"], settings["data_seed"]) == (N_ROWS, DIM, SEED)
+    with model:
+        idata = pm.sample(3000, tune=1000, chains=2, step=step, random_seed=13, **SAMPLE)
+    assert_matches(idata, data["mean"], data["sd"], data["mcse"])
+    stats = idata.sample_stats
+    assert int(stats["clipped"].sum()) == 0
+    assert float(stats["full_data_fallback"].mean()) < 1e-3
+    assert float(stats["n_data"].mean()) < 10
