@@ -320,7 +320,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=float, nargs="+", default=[1e5, 1e6, 1e7])
     parser.add_argument("--dims", type=int, nargs="+", default=[10, 50, 100])
-    parser.add_argument("--families", nargs="+", choices=["logistic", "poisson", "poisson_log"],
+    parser.add_argument("--families", nargs="+",
+                        choices=["logistic", "poisson", "poisson_log", "cloglog", "gamma_log",
+                                 "negative_binomial", "student_t"],
                         default=["logistic", "poisson"])
     parser.add_argument("--poisson-cells", nargs="+", default=["1e6:10"],
                         help="N:d cells run for the Poisson families (among --rows x --dims), "

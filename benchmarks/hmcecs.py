@@ -9,8 +9,8 @@ example (``examples/hmcecs.py``); its MAP comes from SVI on subsamples, this one
 all the rows, so that the control variates are centred as precisely as MHSS's.
 
 The data are :func:`pymc_subsample.datasets.glm_data`'s, written as a NumPyro model:
-``b ~ N(0, 10²)`` and ``y ~ Bernoulli(logits = X b)`` (logistic) or
-``y ~ Poisson(softplus(X b))`` (Poisson), as :func:`pymc_subsample.datasets.glm_model`.
+``b ~ N(0, 10²)`` and the likelihood of each family in :data:`FAMILIES` (``_likelihood``), as
+:func:`pymc_subsample.datasets.glm_model`.
 JAX runs in float64 (as PyMC's JAX backend does).
 
     python benchmarks/hmcecs.py --rows 1e5 --dim 10 --family logistic --draws 1000
@@ -33,7 +33,8 @@ __all__ = ["NUM_BLOCKS", "SUBSAMPLE_SIZE", "find_map", "numpyro_glm", "run_hmcec
 #: Subsample size and number of blocks of NumPyro's HMCECS example.
 SUBSAMPLE_SIZE = 1300
 NUM_BLOCKS = 100
-FAMILIES = ("logistic", "poisson", "poisson_log")
+FAMILIES = ("logistic", "poisson", "poisson_log", "cloglog", "gamma_log", "negative_binomial",
+            "student_t")
 
 
 def _jax():
@@ -47,14 +48,38 @@ def _jax():
     return jax, numpyro
 
 
+def _likelihood(family: str, eta):
+    """The NumPyro distribution of ``y`` given ``η`` for ``glm_model(X, y, family)``."""
+    jax, _ = _jax()
+    import jax.numpy as jnp
+    import numpyro.distributions as dist
+
+    from pymc_subsample.datasets import GAMMA_SHAPE, NB_ALPHA, STUDENT_NU, STUDENT_SIGMA
+
+    if family == "logistic":
+        return dist.Bernoulli(logits=eta)
+    if family == "poisson_log":
+        return dist.Poisson(jnp.exp(eta))
+    if family == "poisson":
+        return dist.Poisson(jax.nn.softplus(eta))
+    if family == "cloglog":
+        return dist.Bernoulli(probs=-jnp.expm1(-jnp.exp(eta)))
+    if family == "gamma_log":
+        return dist.Gamma(GAMMA_SHAPE, GAMMA_SHAPE * jnp.exp(-eta))
+    if family == "negative_binomial":
+        return dist.NegativeBinomial2(jnp.exp(eta), NB_ALPHA)
+    if family == "student_t":
+        return dist.StudentT(STUDENT_NU, eta, STUDENT_SIGMA)
+    raise ValueError(f"family must be one of {FAMILIES}; got {family!r}")
+
+
 def numpyro_glm(family: str, prior_sd: float = 10.0):
     """The NumPyro model ``model(X, y, subsample_size)`` of ``glm_model(X, y, family)``."""
     jax, numpyro = _jax()
     import jax.numpy as jnp
     import numpyro.distributions as dist
 
-    if family not in FAMILIES:
-        raise ValueError(f"family must be one of {FAMILIES}; got {family!r}")
+    _likelihood(family, jnp.zeros(1))  # refuses an unknown family before sampling
 
     def model(X, y, subsample_size=None):
         n, d = X.shape
@@ -62,13 +87,7 @@ def numpyro_glm(family: str, prior_sd: float = 10.0):
         with numpyro.plate("N", n, subsample_size=subsample_size):
             xb = numpyro.subsample(X, event_dim=1)
             yb = numpyro.subsample(y, event_dim=0)
-            eta = xb @ b
-            if family == "logistic":
-                numpyro.sample("obs", dist.Bernoulli(logits=eta), obs=yb)
-            elif family == "poisson_log":
-                numpyro.sample("obs", dist.Poisson(jnp.exp(eta)), obs=yb)
-            else:
-                numpyro.sample("obs", dist.Poisson(jax.nn.softplus(eta)), obs=yb)
+            numpyro.sample("obs", _likelihood(family, xb @ b), obs=yb)
 
     return model
 
@@ -83,14 +102,7 @@ def find_map(X, y, family: str, prior_sd: float = 10.0) -> tuple[np.ndarray, int
     from scipy.optimize import minimize
 
     def neg_log_post(b):
-        eta = X @ b
-        if family == "logistic":
-            loglik = jnp.sum(y * eta - jnp.logaddexp(0.0, eta))
-        elif family == "poisson_log":
-            loglik = jnp.sum(y * eta - jnp.exp(eta))
-        else:
-            rate = jax.nn.softplus(eta)
-            loglik = jnp.sum(y * jnp.log(rate) - rate)
+        loglik = jnp.sum(_likelihood(family, X @ b).log_prob(y))
         return -loglik + 0.5 * jnp.sum(b**2) / prior_sd**2
 
     value_and_grad = jax.jit(jax.value_and_grad(neg_log_post))

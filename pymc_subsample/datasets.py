@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import pymc as pm
+import pytensor.tensor as pt
 from scipy.special import ndtr
 
 __all__ = [
@@ -147,7 +148,9 @@ def glm_model(
             sigma = pm.HalfNormal("sigma", 5.0)
             pm.Normal("y", mu=eta, sigma=sigma, observed=y)
         elif family == "cloglog":
-            pm.Bernoulli("y", p=1.0 - pm.math.exp(-pm.math.exp(eta)), observed=y)
+            # −expm1(−e^η): PyMC's own log(1 − p) stays finite (NUTS needs it; 1 − exp(−e^η)
+            # is read by MHSS too)
+            pm.Bernoulli("y", p=-pt.expm1(-pm.math.exp(eta)), observed=y)
         elif family == "gamma_log":
             pm.Gamma("y", alpha=GAMMA_SHAPE, beta=GAMMA_SHAPE / pm.math.exp(eta), observed=y)
         elif family == "negative_binomial":

@@ -58,7 +58,12 @@ from pytensor.tensor.type import TensorType
 from pytensor.tensor.type_other import NoneTypeT
 from pytensor.tensor.variable import TensorConstant
 
-from pymc_subsample.bounds.bernoulli import probit_predictor, probit_row_logp
+from pymc_subsample.bounds.bernoulli import (
+    cloglog_predictor,
+    cloglog_row_logp,
+    probit_predictor,
+    probit_row_logp,
+)
 from pymc_subsample.errors import SubsamplingModelError
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]
@@ -74,20 +79,28 @@ _CHECK_ROWS = 16
 _CHECK_STEP = 0.2
 
 
-def _stable_probit_logp(rv: Variable, value: Variable) -> Variable | None:
-    """A probit Bernoulli's row terms as ``log Φ(±η)``, or None for any other variable.
+def _stable_bernoulli_logp(rv: Variable, value: Variable) -> Variable | None:
+    """A probit or cloglog Bernoulli's row terms in a stable form, or None for any other variable.
 
-    PyMC's Bernoulli computes ``log(1 − p)`` by ``log1p(−Φ(η))``: inaccurate beyond
-    ``η ≈ 5`` and ``-inf`` beyond 8.3, where ``log Φ(−η)`` is finite (``docs/bad-inputs.md``).
+    PyMC's Bernoulli computes ``log(1 − p)`` by ``log1p(−p)``: for ``p = Φ(η)`` inaccurate
+    beyond ``η ≈ 5`` and ``-inf`` beyond 8.3, where ``log Φ(−η)`` is finite; for
+    ``p = 1 − exp(−e^η)`` ``-inf`` beyond ``η ≈ 3.6``, where it is ``−e^η``
+    (``docs/bad-inputs.md``). The families' own ``f`` (:mod:`pymc_subsample.bounds.bernoulli`)
+    are these forms.
     """
     if rv.owner is None or not isinstance(rv.owner.op, BernoulliRV):
         return None
     (p,) = rv.owner.op.dist_params(rv.owner)
-    eta = probit_predictor(p)
-    if eta is None:
-        return None
     y = pt.cast(value, "float64")
-    logp = pt.switch(pt.eq(y, 0.0) | pt.eq(y, 1.0), probit_row_logp(eta, y), -np.inf)
+    eta = probit_predictor(p)
+    if eta is not None:
+        logp = probit_row_logp(eta, y)
+    else:
+        eta = cloglog_predictor(p)
+        if eta is None:
+            return None
+        logp = cloglog_row_logp(eta, y)
+    logp = pt.switch(pt.eq(y, 0.0) | pt.eq(y, 1.0), logp, -np.inf)
     return pt.broadcast_to(logp, value.shape)
 
 
@@ -779,7 +792,7 @@ class SubsampledLikelihood:
         return [first, second, first[:1].copy()]
 
     def _row_logp(self, block: ObservedBlock):
-        stable = _stable_probit_logp(block.rv, block.value)
+        stable = _stable_bernoulli_logp(block.rv, block.value)
         if stable is not None:
             return stable
         logp = pm.logp(block.rv, block.value)
@@ -822,8 +835,9 @@ class SubsampledLikelihood:
         """The model's own per-row log density of each observed variable on all N rows."""
         out = []
         for rv, block in zip(self.model.observed_RVs, self.blocks, strict=True):
-            # the same stable probit as the indexed terms (PyMC's own cancels in the tails)
-            stable = _stable_probit_logp(rv, self.model.rvs_to_values[rv])
+            # the same stable probit/cloglog as the indexed terms (PyMC's own cancels in the
+            # tails)
+            stable = _stable_bernoulli_logp(rv, self.model.rvs_to_values[rv])
             if stable is not None:
                 # the model's random variables in it stand for their value variables
                 out.extend(self.model.replace_rvs_by_values([stable]))

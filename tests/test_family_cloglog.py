@@ -102,3 +102,19 @@ def test_mhss_on_cloglog_rows():
     for order in (1, 2):
         check_pairs(X, y, step, "bernoulli_cloglog", order, (), f, f1, f2)
     check_posterior(model, step, "cloglog")
+
+
+def test_rows_far_in_the_tails_are_finite_in_either_form():
+    """PyMC's own ``log1p(−p)`` of ``p = 1 − exp(−e^η)`` is -inf beyond η ≈ 3.6; the likelihood
+    layer's row terms (which every step reads) are ``−e^η`` there, as for ``−expm1(−e^η)``."""
+    eta = np.array([5.0, 5.0, -40.0, 0.3])
+    y = np.array([0, 1, 0, 1])
+    for write in ("1 - exp(-exp(eta))", "-expm1(-exp(eta))"):
+        with pm.Model() as model:
+            b = pm.Normal("b", 0, 1)
+            u = pm.math.exp(b * pm.Data("X", eta))
+            p = 1.0 - pm.math.exp(-u) if write.startswith("1") else -pt.expm1(-u)
+            pm.Bernoulli("y", p=p, observed=y)
+        lik = SubsampledLikelihood(model)
+        terms = lik.compile([lik.theta, lik.idx], lik.terms)(np.array([1.0]), np.arange(4))
+        np.testing.assert_allclose(terms, f(eta, y), rtol=1e-12, atol=1e-60)

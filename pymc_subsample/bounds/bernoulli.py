@@ -39,6 +39,8 @@ from pymc_subsample.bounds.family import Family, register
 
 __all__ = [
     "BernoulliCloglog",
+    "cloglog_predictor",
+    "cloglog_row_logp",
     "BernoulliLogit",
     "BernoulliProbit",
     "probit_predictor",
@@ -171,6 +173,12 @@ def cloglog_predictor(p: Variable) -> Variable | None:
     return u.owner.inputs[0]
 
 
+def cloglog_row_logp(eta: Variable, y: Variable) -> Variable:
+    """``log(1 − exp(−e^η))`` for ``y = 1`` and ``−e^η`` for ``y = 0``, stable in both tails."""
+    u = pt.exp(pt.cast(eta, "float64"))
+    return pt.switch(pt.eq(pt.cast(y, "float64"), 1.0), pt.log1mexp(-u), -u)
+
+
 @register
 class BernoulliCloglog(_Bernoulli):
     """Bernoulli with the complementary log-log link: ``p = 1 − exp(−e^η)``."""
@@ -190,8 +198,7 @@ class BernoulliCloglog(_Bernoulli):
         f1_one = u / em1
         f2_one = f1_one - u**2 / (em1 * -pt.expm1(-u))
         one = pt.eq(y, 1.0)
-        return (pt.switch(one, pt.log1mexp(-u), -u), pt.switch(one, f1_one, -u),
-                pt.switch(one, f2_one, -u))
+        return cloglog_row_logp(eta, y), pt.switch(one, f1_one, -u), pt.switch(one, f2_one, -u)
 
     def loglik(self, eta, y):
         u = np.exp(eta)

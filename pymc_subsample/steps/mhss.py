@@ -41,7 +41,7 @@ class MHSSState(SubsamplingStepState):
 class UserBound:
     """A user-supplied MHSS bound ``|ξ_i(θ, θ')| ≤ c_i · M(θ, θ')`` (Prado et al., eq. (3)).
 
-    Use it for likelihoods without an automatic bound (``examples/student_t_userbound.py``).
+    Use it for likelihoods without an automatic bound (``examples/logistic_errors_userbound.py``).
     A wrong bound breaks exactness: the step probes it at construction on random pairs of
     points and rows and refuses one that is violated (:meth:`MHSS._check_user_bound`), and the
     ``clipped`` sampler stat counts violations that sampling meets; neither can prove a bound.
