@@ -51,7 +51,7 @@ __all__ = [
 
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
 FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale",
-            "cloglog", "gamma_log", "negative_binomial", "student_t")
+            "cloglog", "gamma_log", "negative_binomial", "student_t", "student_t_scale")
 #: The noise sd of the ``gaussian_scale`` family's data (its model samples σ).
 GAUSSIAN_SCALE_SIGMA = 2.0
 #: Fixed parameters of the ``gamma_log`` (shape), ``negative_binomial`` (dispersion) and
@@ -81,7 +81,8 @@ def glm_data(
         ``N(η, 1)``, ``Poisson(e^η)``, ``N(η, 2²)`` (:data:`GAUSSIAN_SCALE_SIGMA`; its model
         samples σ ~ HalfNormal(5)), ``Bernoulli(1 − exp(−e^η))``, Gamma with mean ``e^η`` and
         shape :data:`GAMMA_SHAPE`, negative binomial with mean ``e^η`` and dispersion
-        :data:`NB_ALPHA`, or ``η + σ t_ν`` (:data:`STUDENT_NU`, :data:`STUDENT_SIGMA`).
+        :data:`NB_ALPHA`, or ``η + σ t_ν`` (:data:`STUDENT_NU`, :data:`STUDENT_SIGMA`; the
+        ``student_t_scale`` model samples σ ~ HalfNormal(5)).
     seed : int, optional
         Seed of the NumPy generator that draws ``X``, ``β`` and ``y``.
 
@@ -116,7 +117,7 @@ def glm_data(
         y = rng.gamma(GAMMA_SHAPE, np.exp(eta) / GAMMA_SHAPE)
     elif family == "negative_binomial":
         y = rng.negative_binomial(NB_ALPHA, NB_ALPHA / (NB_ALPHA + np.exp(eta)))
-    elif family == "student_t":
+    elif family in ("student_t", "student_t_scale"):
         y = eta + STUDENT_SIGMA * rng.standard_t(STUDENT_NU, size=n)
     else:
         y = eta + rng.normal(size=n)
@@ -157,6 +158,9 @@ def glm_model(
             pm.NegativeBinomial("y", mu=pm.math.exp(eta), alpha=NB_ALPHA, observed=y)
         elif family == "student_t":
             pm.StudentT("y", nu=STUDENT_NU, mu=eta, sigma=STUDENT_SIGMA, observed=y)
+        elif family == "student_t_scale":
+            sigma = pm.HalfNormal("sigma", 5.0)
+            pm.StudentT("y", nu=STUDENT_NU, mu=eta, sigma=sigma, observed=y)
         else:
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
     return model

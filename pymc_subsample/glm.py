@@ -31,12 +31,17 @@ from pytensor.scalar.basic import Exp, Log, Mul, Pow, Reciprocal, Second, TrueDi
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.math import Dot
-from pytensor.tensor.random.basic import NormalRV
 from pytensor.tensor.shape import Shape, Shape_i
 from pytensor.tensor.variable import TensorConstant
 from threadpoolctl import threadpool_limits
 
-from pymc_subsample.bounds import Family, normal_scale_row_constants, region_radius, registered
+from pymc_subsample.bounds import (
+    Family,
+    LocationScaleFamily,
+    location_scale_families,
+    region_radius,
+    registered,
+)
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame
 from pymc_subsample.likelihood import SubsampledLikelihood
@@ -486,53 +491,68 @@ def glm_bound_constants(
     return glm_pass.full(theta_hat, whiten_rows=whiten, order=order).row_constants
 
 
-# ---------------------------------------------------------------- Normal with a sampled σ
+# ------------------------------------------------- location and scale: Normal, Student-t with σ
 @dataclass(frozen=True)
 class LocationScaleTerm:
-    """A Normal observed variable whose mean and ``log σ`` are both affine in ``θ``.
+    """An observed variable whose location and ``log σ`` are both affine in ``θ``.
 
     Attributes
     ----------
     name : str
+    family : LocationScaleFamily
+        :mod:`pymc_subsample.bounds` (``normal_scale``, ``student_t_scale``).
     mu, log_sigma : Variable
         The two predictors on the rows ``idx``, as graphs of ``θ`` (broadcast to the rows).
     y : Variable
         Observed values on the rows ``idx``.
     mu_rows, log_sigma_rows : Variable
         Their derivatives ``∂μ_i/∂θ`` and ``∂λ_i/∂θ`` (:func:`_rows_of_affine`), free of ``θ``.
+    params : tuple of Variable
+        The family's fixed parameters on the rows ``idx`` (a Student-t's ν).
     """
 
     name: str
+    family: LocationScaleFamily
     mu: Variable
     log_sigma: Variable
     y: Variable
     mu_rows: Variable
     log_sigma_rows: Variable
+    params: tuple[Variable, ...] = ()
 
 
 def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScaleTerm] | None:
-    """Every observed variable as a Normal with a sampled σ, or None if any is something else.
+    """Every observed variable as a location–scale family with a sampled σ, or None.
+
+    None when any observed variable is something else (the GLM path then reads the model).
 
     Raises
     ------
     SubsamplingModelError
-        Naming the variable, when it is such a Normal but its mean or ``log σ`` is not
-        affine in the sampled parameters (``σ = exp(λ)`` or a positive prior on σ, whose
-        log transform is the sampled value, are).
+        Naming the variable, when it is such a family with a sampled σ but its location or
+        ``log σ`` is not affine in the sampled parameters (``σ = exp(λ)`` or a positive prior
+        on σ, whose log transform is the sampled value, are), or another parameter (a
+        Student-t's ν) is sampled too.
     """
-    rows = lik.idx.shape[0]
+    n_rows = lik.idx.shape[0]
     found = []
     for block in lik.blocks:
-        if not isinstance(block.rv.owner.op, NormalRV) or block.value.type.ndim != 1:
+        op = block.rv.owner.op
+        fam = next((f for f in location_scale_families() if isinstance(op, f.rv_op)), None)
+        if fam is None or block.value.type.ndim != 1:
             return None
-        mu, sd = block.rv.owner.op.dist_params(block.rv.owner)
+        mu, sd, fixed = fam.read(op.dist_params(block.rv.owner))
         if not _depends_on_parameters(sd, lik):
             return None
+        for param_name, value in zip(fam.params, fixed, strict=True):
+            if _depends_on_parameters(value, lik):
+                raise _unsupported(block.name, f"its sigma and its {param_name} are both sampled "
+                                   f"(MHSS bounds {fam.description})")
         # log(exp(λ)) → λ before the affinity check
         mu_theta, log_sigma_theta = (
             rewrite_graph(v, include=("canonicalize", "stabilize"))
-            for v in lik.in_theta([pt.broadcast_to(mu, (rows,)),
-                                   pt.broadcast_to(pt.log(sd), (rows,))])
+            for v in lik.in_theta([pt.broadcast_to(mu, (n_rows,)),
+                                   pt.broadcast_to(pt.log(sd), (n_rows,))])
         )
         rows_of = []
         for what, graph in (("mean", mu_theta), ("log(sigma)", log_sigma_theta)):
@@ -540,22 +560,23 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
                 rows_of.append(_rows_of_affine(block.name, graph, lik.theta))
             except SubsamplingModelError:
                 raise _unsupported(
-                    block.name, f"it is a Normal with a sampled sigma, but its {what} is not "
-                    "affine in the sampled parameters (sigma = exp(affine) or a positive prior "
-                    "on sigma are)"
+                    block.name, f"it is a {_dist_name(op)} with a sampled sigma, but its {what} "
+                    "is not affine in the sampled parameters (sigma = exp(affine) or a positive "
+                    "prior on sigma are)"
                 ) from None
-        found.append(LocationScaleTerm(block.name, mu_theta, log_sigma_theta, block.value,
-                                       *rows_of))
+        params = tuple(pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in fixed)
+        found.append(LocationScaleTerm(block.name, fam, mu_theta, log_sigma_theta, block.value,
+                                       *rows_of, params))
     return found
 
 
 class LocationScaleConstants:
-    """Whitened MHSS constants of Normal rows with a sampled σ, valid on ``‖φ‖ ≤ r``.
+    """Whitened MHSS constants of location–scale rows with a sampled σ, valid on ``‖φ‖ ≤ r``.
 
     One compiled function of ``(θ, idx)`` gives each row's two predictor rows ``∂μ_i/∂θ``,
-    ``∂λ_i/∂θ`` (``λ = log σ``), ``μ_i``, ``λ_i`` and ``y_i``; :meth:`row_constants` makes one
-    chunked pass at ``θ̂`` (counted in ``n_passes``) and applies
-    :func:`pymc_subsample.bounds.normal_scale_row_constants`.
+    ``∂λ_i/∂θ`` (``λ = log σ``), ``μ_i``, ``λ_i``, ``y_i`` and the fixed parameters;
+    :meth:`row_constants` makes one chunked pass at ``θ̂`` (counted in ``n_passes``) and
+    applies the family's :meth:`~pymc_subsample.bounds.LocationScaleFamily.row_constants`.
     """
 
     def __init__(self, lik: SubsampledLikelihood, terms: list[LocationScaleTerm]) -> None:
@@ -568,6 +589,7 @@ class LocationScaleConstants:
                 pt.cast(term.mu, "float64"),
                 pt.cast(term.log_sigma, "float64"),
                 pt.cast(term.y, "float64"),
+                *term.params,
             ]
         self._fn = lik.compile([lik.theta, lik.idx], outputs)
         self.region_radius = region_radius(lik.dim)
@@ -579,15 +601,16 @@ class LocationScaleConstants:
         consts = np.zeros(lik.n_rows)
         with threadpool_limits(limits=1, user_api="blas"):
             for chunk in lik.row_chunks():
-                out = self._fn(theta_hat, chunk)
-                for j in range(len(self.terms)):
-                    x_mu, x_ls, mu, log_sigma, y = out[5 * j : 5 * j + 5]
-                    n = len(chunk)
+                out, start, n = self._fn(theta_hat, chunk), 0, len(chunk)
+                for term in self.terms:
+                    width = 5 + len(term.params)
+                    x_mu, x_ls, mu, log_sigma, y, *params = out[start : start + width]
+                    start += width
                     s_mu = _row_norms(frame.whiten_rows(np.asarray(x_mu).reshape(n, -1)))
                     s_ls = _row_norms(frame.whiten_rows(
                         np.broadcast_to(np.asarray(x_ls).reshape(-1, lik.dim), (n, lik.dim))))
-                    consts[chunk] += normal_scale_row_constants(
-                        order, s_mu, s_ls, np.abs(y - mu), log_sigma, self.region_radius
+                    consts[chunk] += term.family.row_constants(
+                        order, s_mu, s_ls, y, mu, log_sigma, self.region_radius, *params
                     )
         self.n_passes += 1
         return consts / lik.temperature

@@ -30,6 +30,8 @@ normal_identity        ``Normal(mu=η, sigma=fixed)``                 global: 1/
 gamma_log              ``Gamma(alpha=fixed, beta=alpha / exp(η))``   region: α y e^{−η̂ + r s}
 negative_binomial_log  ``NegativeBinomial(mu=exp(η), alpha=fixed)``  global: (y + α)/4, ...
 student_t              ``StudentT(nu=fixed, mu=η, sigma=fixed)``     global: (ν + 1)/(νσ²), ...
+normal_scale           ``Normal(mu=η, sigma=sampled)``               region, two predictors
+student_t_scale        ``StudentT(nu=fixed, mu=η, sigma=sampled)``   region, two predictors
 =====================  ============================================  ==========================
 
 Families whose derivatives are unbounded (:data:`REGION_FAMILIES`) get constants valid on the
@@ -37,7 +39,9 @@ ball ``‖φ‖ ≤ r`` of the Laplace frame (:func:`region_radius`): ``η_i`` t
 ``η̂_i ± r s_i`` and the supremum is taken over that interval only. The step decides a move
 with either end outside the ball on all rows, which keeps the chain exact because the switch
 depends on the pair ``{θ, θ'}`` only (``docs/methods/mhss.md``, "Region-valid bounds"). A
-Normal with a sampled σ has two predictors: :func:`normal_scale_row_constants`.
+Normal or Student-t with a sampled σ has two predictors, the location and ``log σ``
+(:class:`~pymc_subsample.bounds.family.LocationScaleFamily`):
+:func:`normal_scale_row_constants`, :func:`student_t_scale_row_constants`.
 
 References
 ----------
@@ -59,7 +63,13 @@ from pymc_subsample.bounds import (  # noqa: F401  (each module registers its fa
     poisson,
     student_t,
 )
-from pymc_subsample.bounds.family import Family, family, registered
+from pymc_subsample.bounds.family import (
+    Family,
+    LocationScaleFamily,
+    family,
+    location_scale_families,
+    registered,
+)
 from pymc_subsample.bounds.normal import normal_scale_row_constants
 from pymc_subsample.bounds.remainder import (
     REGION_TAIL,
@@ -67,21 +77,25 @@ from pymc_subsample.bounds.remainder import (
     region_radius,
     remainder_scale,
 )
+from pymc_subsample.bounds.student_t import student_t_scale_row_constants
 
 __all__ = [
     "FAMILIES",
     "REGION_FAMILIES",
     "REGION_TAIL",
     "Family",
+    "LocationScaleFamily",
     "derivative_bound",
     "family",
     "glm_loglik",
     "glm_row_constants",
+    "location_scale_families",
     "normal_scale_row_constants",
     "region_radius",
     "region_row_constants",
     "registered",
     "remainder_scale",
+    "student_t_scale_row_constants",
 ]
 
 #: Every family MHSS bounds automatically, by name.

@@ -33,7 +33,15 @@ from pytensor.graph.basic import Variable
 
 from pymc_subsample.bounds.remainder import check_order
 
-__all__ = ["Family", "family", "registered", "register"]
+__all__ = [
+    "Family",
+    "LocationScaleFamily",
+    "family",
+    "location_scale_families",
+    "register",
+    "register_location_scale",
+    "registered",
+]
 
 
 class Family:
@@ -184,3 +192,58 @@ def family(name: str | Family) -> Family:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown family {name!r}; expected one of {tuple(_REGISTRY)}") from None
+
+
+class LocationScaleFamily:
+    """A family with two predictors per row: a location ``μ`` and ``λ = log σ``, both affine.
+
+    Its constants (:meth:`row_constants`) bound the ``(k+1)``-th directional derivative of a
+    row in the Laplace frame by ``Σ_{a+b=k+1} C(k+1, a) sup|∂^a_μ ∂^b_λ f| s_μ^a s_λ^b``
+    (Cauchy–Schwarz on each predictor's whitened row), the suprema taken over the box the
+    region ``‖φ‖ ≤ r`` allows; ``M`` then goes without Lemma 1's angle factors
+    (``remainder_scale(..., sharp=False)``).
+
+    Class attributes
+    ----------------
+    name, description : str
+    rv_op : type
+    params : tuple of str
+        Fixed parameters besides ``σ`` (a Student-t's ν).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    rv_op: ClassVar[type]
+    params: ClassVar[tuple[str, ...]] = ()
+
+    def read(self, dist_params: list[Variable]) -> tuple[Variable, Variable, tuple[Variable, ...]]:
+        """``(μ, σ, fixed parameters)`` from the observed variable's distribution parameters."""
+        raise NotImplementedError
+
+    def row_constants(
+        self,
+        order: int,
+        s_mu: np.ndarray,
+        s_log_sigma: np.ndarray,
+        y: np.ndarray,
+        mu_hat: np.ndarray,
+        log_sigma_hat: np.ndarray,
+        radius: float,
+        *params: np.ndarray,
+    ) -> np.ndarray:
+        """Whitened ``c_i`` valid on ``‖φ‖ ≤ radius``."""
+        raise NotImplementedError
+
+
+_LOCATION_SCALE: dict[str, LocationScaleFamily] = {}
+
+
+def register_location_scale(cls: type[LocationScaleFamily]) -> type[LocationScaleFamily]:
+    """Class decorator: add one instance of a location–scale family to the registry."""
+    _LOCATION_SCALE[cls.name] = cls()
+    return cls
+
+
+def location_scale_families() -> tuple[LocationScaleFamily, ...]:
+    """The registered location–scale families."""
+    return tuple(_LOCATION_SCALE.values())

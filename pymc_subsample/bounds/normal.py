@@ -15,10 +15,15 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor.random.basic import NormalRV
 
-from pymc_subsample.bounds.family import Family, register
+from pymc_subsample.bounds.family import (
+    Family,
+    LocationScaleFamily,
+    register,
+    register_location_scale,
+)
 from pymc_subsample.bounds.remainder import check_order
 
-__all__ = ["NormalIdentity", "normal_scale_row_constants"]
+__all__ = ["NormalIdentity", "NormalScale", "normal_scale_row_constants"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -93,3 +98,20 @@ def normal_scale_row_constants(
     if order == 1:
         return e * (s1**2 + 4.0 * p * s1 * s2 + 2.0 * p**2 * s2**2)
     return e * (6.0 * s1**2 * s2 + 12.0 * p * s1 * s2**2 + 4.0 * p**2 * s2**3)
+
+
+@register_location_scale
+class NormalScale(LocationScaleFamily):
+    """Normal with mean ``μ`` and a sampled ``σ`` (:func:`normal_scale_row_constants`)."""
+
+    name = "normal_scale"
+    description = "Normal with a sampled sigma (mean and log sigma affine)"
+    rv_op = NormalRV
+
+    def read(self, dist_params):
+        mu, sigma = dist_params
+        return mu, sigma, ()
+
+    def row_constants(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius):
+        return normal_scale_row_constants(order, s_mu, s_log_sigma, np.abs(y - mu_hat),
+                                          log_sigma_hat, radius)

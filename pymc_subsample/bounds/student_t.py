@@ -13,6 +13,26 @@ With :math:`r = y - \eta` and :math:`s^2 = \nu\sigma^2`,
 :math:`t^4 - 6t^2 + 1 = 0`, at :math:`t = \sqrt2 - 1`:
 :math:`L_2 = 2 h^* (\nu + 1)/s^3` with :math:`h^* = t(3 - t^2)/(1 + t^2)^3 \approx 0.728553`.
 Both hold on the whole line.
+
+**Sampled σ** (ν fixed), ``λ = log σ`` a second predictor: the row is
+:math:`f = g(q) - \lambda` with :math:`q = (y - \mu) e^{-\lambda}/\sqrt\nu` and
+:math:`g(q) = -\tfrac{\nu+1}{2}\log(1 + q^2)`. Since :math:`\partial_\mu` acts on
+:math:`F(q)e^{-a\lambda}` as :math:`-F'(q)e^{-(a+1)\lambda}/\sqrt\nu` and
+:math:`\partial_\lambda` as :math:`(-qF' - aF)e^{-a\lambda}`, every mixed partial of order
+``a + b ≥ 2`` is
+
+.. math::
+
+    \partial^a_\mu \partial^b_\lambda f = (\nu + 1)\,\nu^{-a/2} e^{-a\lambda} P_{a,b}(q),
+
+with :math:`P_{a,b}` rational functions of ``q`` alone that vanish as :math:`|q| \to \infty`:
+:math:`P_{2,0} = (q^2 - 1)/(1 + q^2)^2`, :math:`P_{1,1} = -2q/(1 + q^2)^2`,
+:math:`P_{0,2} = -2q^2/(1 + q^2)^2`, :math:`P_{3,0} = 2q(q^2 - 3)/(1 + q^2)^3`,
+:math:`P_{2,1} = -2(3q^2 - 1)/(1 + q^2)^3`, :math:`P_{1,2} = -4q(q^2 - 1)/(1 + q^2)^3`,
+:math:`P_{0,3} = -4q^2(q^2 - 1)/(1 + q^2)^3`. Their suprema over ``q``
+(:data:`SCALE_SUPREMA`: 1, 3√3/8, 1/2; 2h*, 2, 0.869619, 2√3/9) hold for every residual, so
+on the region only :math:`e^{-a\lambda} \le e^{-a(\hat\lambda - r s_\lambda)}` needs the box:
+:func:`student_t_scale_row_constants`.
 """
 
 from __future__ import annotations
@@ -24,13 +44,25 @@ import pytensor.tensor as pt
 from pytensor.tensor.random.basic import StudentTRV
 from scipy.special import gammaln
 
-from pymc_subsample.bounds.family import Family, register
+from pymc_subsample.bounds.family import (
+    Family,
+    LocationScaleFamily,
+    register,
+    register_location_scale,
+)
+from pymc_subsample.bounds.remainder import check_order
 
-__all__ = ["StudentT"]
+__all__ = ["StudentT", "StudentTScale", "student_t_scale_row_constants"]
 
 _T = math.sqrt(2.0) - 1.0
 #: sup over t of |t (t² − 3)| / (1 + t²)³, attained at t = √2 − 1
 H_STAR = _T * (3.0 - _T**2) / (1.0 + _T**2) ** 3
+#: sup over q of |P_{a,b}(q)| (module docstring), keyed by (a, b); 0.869619 is the numerical
+#: supremum 0.8696190 (30 digits) rounded up
+SCALE_SUPREMA = {
+    (2, 0): 1.0, (1, 1): 3.0 * math.sqrt(3.0) / 8.0, (0, 2): 0.5,
+    (3, 0): 2.0 * H_STAR, (2, 1): 2.0, (1, 2): 0.869619, (0, 3): 2.0 * math.sqrt(3.0) / 9.0,
+}
 
 
 @register
@@ -64,3 +96,52 @@ class StudentT(Family):
         s2 = nu * sigma**2
         value = (nu + 1.0) / s2 if order == 1 else 2.0 * H_STAR * (nu + 1.0) / s2**1.5
         return np.broadcast_to(value, np.shape(y)).astype(np.float64)
+
+
+def student_t_scale_row_constants(
+    order: int,
+    s_mu: np.ndarray,
+    s_log_sigma: np.ndarray,
+    log_sigma_hat: np.ndarray,
+    radius: float,
+    nu: np.ndarray | float,
+) -> np.ndarray:
+    r"""Whitened constants of Student-t rows with fixed ν and sampled σ, on ``‖φ‖ ≤ r``.
+
+    .. math::
+
+        c_i = (\nu + 1) \sum_{a+b=k+1} \binom{k+1}{a} \bar P_{a,b}
+              \bigl(e^{-(\hat\lambda_i - r s_{\lambda,i})}/\sqrt\nu\bigr)^a
+              s_{\mu,i}^a s_{\lambda,i}^b,
+
+    :math:`\bar P_{a,b}` from :data:`SCALE_SUPREMA` (module docstring), for use with ``M``
+    without Lemma 1's angle factors.
+    """
+    check_order(order)
+    if not (math.isfinite(radius) and radius > 0.0):
+        raise ValueError(f"radius must be finite and positive, got {radius!r}")
+    s1 = np.asarray(s_mu, dtype=np.float64)
+    s2 = np.asarray(s_log_sigma, dtype=np.float64)
+    nu = np.asarray(nu, dtype=np.float64)
+    scale = np.exp(-(np.asarray(log_sigma_hat, dtype=np.float64) - radius * s2)) / np.sqrt(nu)
+    k = order + 1
+    total = sum(math.comb(k, a) * SCALE_SUPREMA[(a, k - a)] * (scale * s1) ** a * s2 ** (k - a)
+                for a in range(k + 1))
+    return (nu + 1.0) * total
+
+
+@register_location_scale
+class StudentTScale(LocationScaleFamily):
+    """Student-t with location ``μ``, a sampled ``σ`` and a fixed ``nu``."""
+
+    name = "student_t_scale"
+    description = "StudentT with a sampled sigma (mu and log sigma affine, nu fixed)"
+    rv_op = StudentTRV
+    params = ("nu",)
+
+    def read(self, dist_params):
+        nu, mu, sigma = dist_params
+        return mu, sigma, (nu,)
+
+    def row_constants(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, nu):
+        return student_t_scale_row_constants(order, s_mu, s_log_sigma, log_sigma_hat, radius, nu)

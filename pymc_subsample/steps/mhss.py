@@ -142,13 +142,14 @@ class MHSS(SubsamplingStep):
         #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
         self.region_radius = math.inf
         #: Lemma 1's angle factors in M (one linear predictor per row); False for Normal rows
-        #: with a sampled σ (two predictors)
+        #: with a sampled σ (two predictors: Normal, Student-t)
         self.sharp_angles = True
         self._location_scale: LocationScaleConstants | None = None
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
         if bound is None and self._location_scale is not None:
-            # Normal rows with a sampled σ: one more pass, at θ̂, for their region constants
+            # rows with a sampled σ (Normal, Student-t): one more pass, at θ̂, for their region
+            # constants
             t0 = time.perf_counter()
             consts = self._location_scale.row_constants(self.theta_hat, self.frame, cv_order)
             self.setup_profile["row_constants_s"] = time.perf_counter() - t0
