@@ -143,10 +143,9 @@ def test_mhss_cv_order(order):
 def test_mhss_unsupported_family_names_variable():
     with pm.Model():
         b = pm.Normal("b", 0, 1, shape=2)
-        pm.StudentT("obs", nu=3, mu=pm.Data("X", X) @ b, sigma=pm.HalfNormal("s"),
-                    observed=RNG.normal(size=60))
-        with pytest.raises(SubsamplingModelError,
-                           match="'obs'.*sigma depends on the sampled parameters.*UserBound"):
+        pm.Weibull("obs", alpha=2.0, beta=pm.math.exp(pm.Data("X", X) @ b),
+                   observed=RNG.uniform(0.5, 2.0, size=60))
+        with pytest.raises(SubsamplingModelError, match="'obs'.*Weibull.*UserBound"):
             pms.MHSS(cv_order=2)
 
 
