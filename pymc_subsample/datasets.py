@@ -51,7 +51,8 @@ __all__ = [
 
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
 FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale",
-            "cloglog", "gamma_log", "negative_binomial", "student_t", "student_t_scale")
+            "cloglog", "gamma_log", "negative_binomial", "student_t", "student_t_scale",
+            "negative_binomial_scale")
 #: The noise sd of the ``gaussian_scale`` family's data (its model samples σ).
 GAUSSIAN_SCALE_SIGMA = 2.0
 #: Fixed parameters of the ``gamma_log`` (shape), ``negative_binomial`` (dispersion) and
@@ -81,7 +82,8 @@ def glm_data(
         ``N(η, 1)``, ``Poisson(e^η)``, ``N(η, 2²)`` (:data:`GAUSSIAN_SCALE_SIGMA`; its model
         samples σ ~ HalfNormal(5)), ``Bernoulli(1 − exp(−e^η))``, Gamma with mean ``e^η`` and
         shape :data:`GAMMA_SHAPE`, negative binomial with mean ``e^η`` and dispersion
-        :data:`NB_ALPHA`, or ``η + σ t_ν`` (:data:`STUDENT_NU`, :data:`STUDENT_SIGMA`; the
+        :data:`NB_ALPHA` (``negative_binomial_scale``: α ~ Exponential(0.1) sampled), or
+        ``η + σ t_ν`` (:data:`STUDENT_NU`, :data:`STUDENT_SIGMA`; the
         ``student_t_scale`` model samples σ ~ HalfNormal(5)).
     seed : int, optional
         Seed of the NumPy generator that draws ``X``, ``β`` and ``y``.
@@ -115,7 +117,7 @@ def glm_data(
         y = rng.binomial(1, -np.expm1(-np.exp(eta)))
     elif family == "gamma_log":
         y = rng.gamma(GAMMA_SHAPE, np.exp(eta) / GAMMA_SHAPE)
-    elif family == "negative_binomial":
+    elif family in ("negative_binomial", "negative_binomial_scale"):
         y = rng.negative_binomial(NB_ALPHA, NB_ALPHA / (NB_ALPHA + np.exp(eta)))
     elif family in ("student_t", "student_t_scale"):
         y = eta + STUDENT_SIGMA * rng.standard_t(STUDENT_NU, size=n)
@@ -156,6 +158,9 @@ def glm_model(
             pm.Gamma("y", alpha=GAMMA_SHAPE, beta=GAMMA_SHAPE / pm.math.exp(eta), observed=y)
         elif family == "negative_binomial":
             pm.NegativeBinomial("y", mu=pm.math.exp(eta), alpha=NB_ALPHA, observed=y)
+        elif family == "negative_binomial_scale":
+            alpha = pm.Exponential("alpha", 0.1)
+            pm.NegativeBinomial("y", mu=pm.math.exp(eta), alpha=alpha, observed=y)
         elif family == "student_t":
             pm.StudentT("y", nu=STUDENT_NU, mu=eta, sigma=STUDENT_SIGMA, observed=y)
         elif family == "student_t_scale":

@@ -541,7 +541,10 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
         fam = next((f for f in location_scale_families() if isinstance(op, f.rv_op)), None)
         if fam is None or block.value.type.ndim != 1:
             return None
-        mu, sd, fixed = fam.read(op.dist_params(block.rv.owner))
+        read = fam.read(op.dist_params(block.rv.owner))
+        if read is None:
+            return None
+        mu, sd, fixed = read
         if not _depends_on_parameters(sd, lik):
             return None
         for param_name, value in zip(fam.params, fixed, strict=True):
@@ -550,7 +553,7 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
                                    f"(MHSS bounds {fam.description})")
         # log(exp(λ)) → λ before the affinity check
         mu_theta, log_sigma_theta = (
-            rewrite_graph(v, include=("canonicalize", "stabilize"))
+            _simplify_log(v)
             for v in lik.in_theta([pt.broadcast_to(mu, (n_rows,)),
                                    pt.broadcast_to(pt.log(sd), (n_rows,))])
         )

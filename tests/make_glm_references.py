@@ -30,7 +30,7 @@ DATA = Path(__file__).parent / "data"
 CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("cloglog", 20_000, 4, 9), ("gamma_log", 20_000, 4, 9),
          ("negative_binomial", 20_000, 4, 9), ("student_t", 20_000, 4, 9),
-         ("student_t_scale", 20_000, 4, 9)]
+         ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9)]
 SETTINGS = dict(draws=2500, tune=1000, chains=4, random_seed=12)
 
 

@@ -16,10 +16,10 @@ import pymc as pm
 import pytest
 from scipy import stats
 
-import pymc_subsample as pms
 from pymc_subsample.bounds import derivative_bound, glm_loglik
 from pymc_subsample.datasets import NB_ALPHA as ALPHA
-from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.glm import detect_location_scale_terms
+from pymc_subsample.likelihood import SubsampledLikelihood
 from tests.family_checks import build, check_pairs, check_posterior, sup_on_grid
 
 
@@ -61,15 +61,15 @@ def test_constants_bound_and_nearly_attain_the_derivatives(order, y):
     assert sup <= bound <= sup * (1 + 1e-3)
 
 
-def test_a_sampled_dispersion_is_refused_naming_the_variable():
+def test_a_sampled_dispersion_is_read_as_a_second_predictor():
+    """A sampled α is the two-predictor family (tests/test_family_negative_binomial_scale.py)."""
     X, y = np.random.default_rng(0).normal(size=(50, 2)), np.arange(50) % 4
-    with pm.Model():
+    with pm.Model() as model:
         b = pm.Normal("b", 0, 1, shape=2)
         pm.NegativeBinomial("counts", mu=pm.math.exp(pm.Data("X", X) @ b),
                             alpha=pm.Exponential("alpha", 1.0), observed=y)
-        with pytest.raises(SubsamplingModelError,
-                           match="'counts'.*alpha depends on the sampled.*UserBound"):
-            pms.MHSS()
+    (term,) = detect_location_scale_terms(SubsampledLikelihood(model))
+    assert term.family.name == "negative_binomial_scale"
 
 
 def test_mhss_on_negative_binomial_rows():

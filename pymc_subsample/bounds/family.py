@@ -216,8 +216,14 @@ class LocationScaleFamily:
     rv_op: ClassVar[type]
     params: ClassVar[tuple[str, ...]] = ()
 
-    def read(self, dist_params: list[Variable]) -> tuple[Variable, Variable, tuple[Variable, ...]]:
-        """``(μ, σ, fixed parameters)`` from the observed variable's distribution parameters."""
+    def read(
+        self, dist_params: list[Variable]
+    ) -> tuple[Variable, Variable, tuple[Variable, ...]] | None:
+        """``(μ, σ, fixed parameters)`` from the distribution parameters, or ``None``.
+
+        ``σ`` is the parameter whose log is the second predictor (a negative binomial's
+        dispersion); ``None``: not this family's form.
+        """
         raise NotImplementedError
 
     def row_constants(
