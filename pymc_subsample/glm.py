@@ -99,12 +99,12 @@ def _scalar_op(var: Variable):
 
 
 def _unsupported(name: str, what: str) -> SubsamplingModelError:
-    supported = "; ".join(f.description for f in registered())
+    supported = "; ".join(f.description for f in (*registered(), *location_scale_families()))
     return SubsamplingModelError(
         f"MHSS has no automatic bound for observed variable '{name}': {what}. Supported, each "
-        f"with eta affine in the parameters: {supported}; and Normal with a sampled sigma "
-        "(mean and log sigma affine). Pass your own bound with MHSS(bound=pms.UserBound(...)), "
-        "or use AusterityMH or BarkerMinibatch, which need no bound."
+        f"with eta affine in the parameters: {supported}. Pass your own bound with "
+        "MHSS(bound=pms.UserBound(...)), or use AusterityMH or BarkerMinibatch, which need no "
+        "bound."
     )
 
 
@@ -432,7 +432,11 @@ def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
         custom_rewrite=in2out(_product_with_identity),
     )
     if theta in _value_ancestors(rows):
-        raise _unsupported(name, "its linear predictor is not affine in the sampled parameters")
+        raise _unsupported(
+            name, "its linear predictor is not affine in the sampled parameters (a product of "
+            "parameters, such as a non-centred random effect s * z[g], is not: write it centred, "
+            "u = pm.Normal('u', 0, s, shape=G) and eta = X @ b + u[g], which is affine)"
+        )
     return rows
 
 

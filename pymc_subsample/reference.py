@@ -302,8 +302,11 @@ def _newton(
         try:
             frame = LaplaceFrame(theta, prec)
         except NotPositiveDefiniteError:
-            # Levenberg damping far from the mode, where the Hessian may be indefinite
-            shift = abs(np.linalg.eigvalsh(0.5 * (prec + prec.T)).min()) + 1e-6
+            # Levenberg damping far from the mode, where the Hessian may be indefinite; the
+            # margin is relative to the largest curvature, so the damped matrix stays well
+            # conditioned (an absolute 1e-6 left a condition number the frame refuses)
+            eigs = np.linalg.eigvalsh(0.5 * (prec + prec.T))
+            shift = abs(eigs.min()) + 1e-6 * max(1.0, float(np.abs(eigs).max()))
             frame = LaplaceFrame(theta, prec + shift * np.eye(theta.size))
         step = frame.newton_step(g)
         if frame.newton_distance(g) <= tolerance:
@@ -322,7 +325,13 @@ def _newton(
 
 
 def _find_map_fallback(lik: SubsampledLikelihood, theta: np.ndarray) -> np.ndarray:
+    """``pm.find_MAP`` (L-BFGS) on all rows, from the model's initial point.
+
+    Not from ``θ``, where Newton stalled: in a hierarchical model Newton from group effects at
+    zero can run down the funnel toward a scale of zero, where the density grows without bound,
+    and L-BFGS from there stays; from PyMC's start it finds the local mode that the data
+    inform, as PyMC's own ``find_MAP`` does.
+    """
     _log.info("Newton's method stalled; falling back to pm.find_MAP (L-BFGS) on all rows")
-    start = {**lik.initial_point, **lik.unravel(theta)}
-    point = pm.find_MAP(start=start, model=lik.model, progressbar=False)
+    point = pm.find_MAP(start=dict(lik.initial_point), model=lik.model, progressbar=False)
     return lik.ravel(point)
