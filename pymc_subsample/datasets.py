@@ -47,6 +47,8 @@ __all__ = [
     "gmm_data",
     "gmm_model",
     "ill_conditioned_data",
+    "random_effects_data",
+    "random_effects_model",
 ]
 
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
@@ -168,6 +170,44 @@ def glm_model(
             pm.StudentT("y", nu=STUDENT_NU, mu=eta, sigma=sigma, observed=y)
         else:
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
+    return model
+
+
+def random_effects_data(
+    n: int, d: int, groups: int, seed: int | None = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A logistic regression with random intercepts: ``(X, group, y)``.
+
+    ``X`` as in :func:`glm_data` (intercept column, ``d`` coefficients), ``group`` uniform on
+    ``0..groups-1``, group effects ``N(0, 0.5²)`` and ``y ~ Bernoulli(logistic(Xβ + u_g))``.
+    """
+    if n < 1 or d < 1 or groups < 1:
+        raise ValueError(f"n, d and groups must be at least 1; got {n}, {d}, {groups}")
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X[:, 0] = 1.0
+    group = rng.integers(0, groups, n)
+    eta = X @ (rng.normal(size=d) / np.sqrt(d)) + 0.5 * rng.normal(size=groups)[group]
+    return X, group, rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+
+
+def random_effects_model(
+    X: np.ndarray, group: np.ndarray, y: np.ndarray, *, groups: int | None = None,
+    centred: bool = True,
+) -> pm.Model:
+    """The PyMC model of :func:`random_effects_data`: ``b ~ N(0, 10²)``, ``s ~ HalfNormal(1)``
+    and group effects ``u ~ N(0, s²)`` (centred: ``η = Xb + u[g]``, affine, which MHSS bounds)
+    or ``z ~ N(0, 1)`` with ``η = Xb + s·z[g]`` (non-centred: a product of parameters)."""
+    groups = int(group.max()) + 1 if groups is None else groups
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 10.0, shape=X.shape[1])
+        s = pm.HalfNormal("s", 1.0)
+        g = pm.Data("g", group)
+        if centred:
+            effect = pm.Normal("u", 0.0, s, shape=groups)[g]
+        else:
+            effect = s * pm.Normal("z", 0.0, 1.0, shape=groups)[g]
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + effect, observed=y)
     return model
 
 

@@ -274,7 +274,10 @@ def fit_reference(
             "standard deviations long (or the log posterior's Hessian is not negative definite "
             "there). Check that every parameter has a proper prior and the model is identified "
             "(e.g. no collinear or all-zero covariate columns), or pass map_point= close to the "
-            "mode."
+            "mode. In a hierarchical model with few rows per group the joint mode can put a "
+            "group-level scale at zero (a funnel), where no Laplace approximation exists: use "
+            "AusterityMH or BarkerMinibatch with proposal='random_walk' and a proposal_cov= "
+            "(they then need no reference point), or NUTS."
         )
     res, frame, mode = result
     if map_point is not None and not np.array_equal(frame.theta_hat, lik.ravel(map_point)):

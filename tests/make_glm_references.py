@@ -23,14 +23,22 @@ import arviz as az
 import numpy as np
 import pymc as pm
 
-from pymc_subsample.datasets import glm_data, glm_model
+from pymc_subsample.datasets import (
+    glm_data,
+    glm_model,
+    random_effects_data,
+    random_effects_model,
+)
 
 DATA = Path(__file__).parent / "data"
 #: (family, rows, dimension, data seed)
 CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("cloglog", 20_000, 4, 9), ("gamma_log", 20_000, 4, 9),
          ("negative_binomial", 20_000, 4, 9), ("student_t", 20_000, 4, 9),
-         ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9)]
+         ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9),
+         ("random_effects", 12_000, 3, 5)]
+#: Groups of the random-effects case.
+RE_GROUPS = 40
 SETTINGS = dict(draws=2500, tune=1000, chains=4, random_seed=12)
 
 
@@ -38,8 +46,17 @@ def reference_path(family: str, n: int, d: int) -> Path:
     return DATA / f"nuts_{family}_{n}x{d}.npz"
 
 
+def reference_model(family: str, n: int, d: int, seed: int) -> pm.Model:
+    """The model of a case: ``glm_model``'s, or the centred random-intercept logistic
+    regression (:data:`RE_GROUPS` groups) for ``"random_effects"``."""
+    if family == "random_effects":
+        return random_effects_model(*random_effects_data(n, d, RE_GROUPS, seed=seed),
+                                    groups=RE_GROUPS)
+    return glm_model(*glm_data(n, d, family, seed=seed), family)
+
+
 def make(family: str, n: int, d: int, seed: int) -> Path:
-    with glm_model(*glm_data(n, d, family, seed=seed), family):
+    with reference_model(family, n, d, seed):
         idata = pm.sample(**SETTINGS, cores=1, progressbar=False)
     names = list(idata.posterior.data_vars)
     summary = az.summary(idata)

@@ -10,37 +10,19 @@ PyMC's initial point, not from where Newton stalled.
 
 from __future__ import annotations
 
-import numpy as np
 import pymc as pm
 import pytest
 
 import pymc_subsample as pms
+from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.errors import SubsamplingModelError
 from tests.posterior import SAMPLE, assert_matches, summary
 
-N, G, D = 3000, 40, 3
-RNG = np.random.default_rng(5)
-X = np.column_stack([np.ones(N), RNG.normal(size=(N, D - 1))])
-GROUP = RNG.integers(0, G, N)
-Y = RNG.binomial(1, 1 / (1 + np.exp(-(X @ np.array([0.2, -0.7, 0.4])
-                                       + 0.6 * RNG.normal(size=G)[GROUP]))))
-
-
-def _model(centred: bool) -> pm.Model:
-    with pm.Model() as model:
-        b = pm.Normal("b", 0, 5, shape=D)
-        s = pm.HalfNormal("s", 1.0)
-        g = pm.Data("g", GROUP)
-        if centred:
-            effect = pm.Normal("u", 0, s, shape=G)[g]
-        else:
-            effect = s * pm.Normal("z", 0, 1, shape=G)[g]
-        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + effect, observed=Y)
-    return model
+DATA = random_effects_data(12_000, 3, 40, seed=5)
 
 
 def test_non_centred_random_effects_are_refused_naming_the_centred_form():
-    with _model(centred=False), pytest.raises(
+    with random_effects_model(*DATA, centred=False), pytest.raises(
         SubsamplingModelError, match=r"'y'.*not affine.*non-centred.*u\[g\].*UserBound"
     ):
         pms.MHSS()
@@ -48,7 +30,7 @@ def test_non_centred_random_effects_are_refused_naming_the_centred_form():
 
 @pytest.mark.slow
 def test_centred_random_effects_match_nuts():
-    with _model(centred=True) as model:
+    with random_effects_model(*DATA, groups=40) as model:
         nuts = pm.sample(1500, tune=1000, chains=2, random_seed=3, **SAMPLE)
         idata = pm.sample(4000, tune=1000, chains=2, step=pms.MHSS(), random_seed=4, **SAMPLE)
     for var in ("b", "u", "s"):
