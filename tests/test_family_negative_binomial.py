@@ -20,7 +20,13 @@ from pymc_subsample.bounds import derivative_bound, glm_loglik
 from pymc_subsample.datasets import NB_ALPHA as ALPHA
 from pymc_subsample.glm import detect_location_scale_terms
 from pymc_subsample.likelihood import SubsampledLikelihood
-from tests.family_checks import build, check_pairs, check_posterior, sup_on_grid
+from tests.family_checks import (
+    build,
+    check_pairs,
+    check_posterior,
+    check_reference_derivatives,
+    sup_on_grid,
+)
 
 
 def f(eta, y):
@@ -43,11 +49,7 @@ def test_loglik_and_reference_derivatives():
     eta, y = rng.normal(0.0, 3.0, 500), rng.poisson(4.0, 500).astype(float)
     np.testing.assert_allclose(glm_loglik("negative_binomial_log", eta, y, params=(ALPHA,)),
                                f(eta, y), rtol=1e-10)
-    h = 1e-5
-    np.testing.assert_allclose(f1(eta, y), (f(eta + h, y) - f(eta - h, y)) / (2 * h),
-                               rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(f2(eta, y), (f1(eta + h, y) - f1(eta - h, y)) / (2 * h),
-                               rtol=1e-6, atol=1e-6)
+    check_reference_derivatives(f, f1, f2, eta, y)
 
 
 @pytest.mark.parametrize("order", [1, 2])

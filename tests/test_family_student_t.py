@@ -17,7 +17,13 @@ from scipy import stats
 from pymc_subsample.bounds import derivative_bound, glm_loglik
 from pymc_subsample.datasets import STUDENT_NU as NU
 from pymc_subsample.datasets import STUDENT_SIGMA as SIGMA
-from tests.family_checks import build, check_pairs, check_posterior, sup_on_grid
+from tests.family_checks import (
+    build,
+    check_pairs,
+    check_posterior,
+    check_reference_derivatives,
+    sup_on_grid,
+)
 
 S2 = NU * SIGMA**2
 
@@ -41,11 +47,7 @@ def test_loglik_and_reference_derivatives():
     eta, y = rng.normal(0.0, 5.0, 500), rng.normal(0.0, 5.0, 500)
     np.testing.assert_allclose(glm_loglik("student_t", eta, y, params=(NU, SIGMA)), f(eta, y),
                                rtol=1e-12)
-    h = 1e-5
-    np.testing.assert_allclose(f1(eta, y), (f(eta + h, y) - f(eta - h, y)) / (2 * h),
-                               rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(f2(eta, y), (f1(eta + h, y) - f1(eta - h, y)) / (2 * h),
-                               rtol=1e-6, atol=1e-8)
+    check_reference_derivatives(f, f1, f2, eta, y)
 
 
 @pytest.mark.parametrize("order", [1, 2])

@@ -9,7 +9,6 @@ the package), and the posterior of ``b`` and ``σ`` against NUTS.
 
 from __future__ import annotations
 
-import json
 import math
 
 import mpmath
@@ -22,10 +21,7 @@ import pymc_subsample as pms
 from pymc_subsample.bounds.student_t import SCALE_SUPREMA, student_t_scale_row_constants
 from pymc_subsample.datasets import STUDENT_NU as NU
 from pymc_subsample.errors import SubsamplingModelError
-from tests.family_checks import DIM, N_ROWS, PAIR_ROWS, SEED, build
-from tests.make_glm_references import reference_path
-from tests.pairs import worst_bound_ratio
-from tests.posterior import SAMPLE, assert_matches
+from tests.family_checks import PAIR_ROWS, build, check_posterior, check_two_predictor_pairs
 
 
 def _row_mp(y):
@@ -63,17 +59,16 @@ def test_sampled_nu_beside_a_sampled_sigma_is_refused():
 
 def _check_bound_on_random_pairs(X, y, step, order):
     X, y = X[PAIR_ROWS], y[PAIR_ROWS]
-    frame, r, dim = step.frame, step.region_radius, step.likelihood.dim
+    frame, dim = step.frame, step.likelihood.dim
     a_mu = np.hstack([X, np.zeros((len(y), 1))])  # θ = (b, log σ)
     a_ls = np.zeros(dim)
     a_ls[-1] = 1.0
-    xt_mu, xt_ls = frame.whiten_rows(a_mu), frame.whiten_rows(a_ls[None, :])[0]
     mu_hat, ls_hat = a_mu @ frame.theta_hat, frame.theta_hat[-1]
 
     def f(mu, ls):
         return stats.t.logpdf(y[:, None], NU, loc=mu, scale=np.exp(ls))
 
-    # gradient and Hessian at (μ̂, λ̂), written out and checked by finite differences below
+    # gradient and Hessian at (μ̂, λ̂), written out and checked by finite differences
     q = (y - mu_hat) * math.exp(-ls_hat) / math.sqrt(NU)
     e = math.exp(-ls_hat) / math.sqrt(NU)
     g_mu = ((NU + 1) * q / (1 + q**2) * e)[:, None]
@@ -87,26 +82,11 @@ def _check_bound_on_random_pairs(X, y, step, order):
     fd = (f(mu_hat[:, None], ls_hat + eps) - f(mu_hat[:, None], ls_hat - eps)) / (2 * eps)
     np.testing.assert_allclose(g_ls, fd, rtol=1e-5, atol=1e-6)
     consts = student_t_scale_row_constants(
-        order, np.linalg.norm(xt_mu, axis=1), np.full(len(y), np.linalg.norm(xt_ls)),
-        np.full(len(y), ls_hat), r, NU)
-    if order == 2:  # the step's own constants are the formula's
-        np.testing.assert_allclose(step.row_constants[PAIR_ROWS], consts, rtol=1e-8)
-
-    def quad(du, dl):
-        return h_mm * du**2 + 2.0 * h_ml * du * dl + h_ll * dl**2
-
-    def remainders(phi, phi_new):
-        u, u_new = xt_mu @ phi.T, xt_mu @ phi_new.T
-        v, v_new = phi @ xt_ls, phi_new @ xt_ls
-        exact = f(mu_hat[:, None] + u_new, ls_hat + v_new) - f(mu_hat[:, None] + u, ls_hat + v)
-        taylor = g_mu * (u_new - u) + g_ls * (v_new - v)
-        if order == 2:
-            taylor = taylor + 0.5 * (quad(u_new, v_new) - quad(u, v))
-        return exact - taylor, exact
-
-    worst = worst_bound_ratio(remainders, consts, dim, r, order, sharp=False, seed=2)
-    assert worst <= 1.0, f"bound violated: max |ξ|/(c M) = {worst}"
-    assert worst > 1e-3  # the pairs reach where the bound matters
+        order, np.linalg.norm(frame.whiten_rows(a_mu), axis=1),
+        np.full(len(y), np.linalg.norm(frame.whiten_rows(a_ls[None, :])[0])),
+        np.full(len(y), ls_hat), step.region_radius, NU)
+    check_two_predictor_pairs(step, a_mu, a_ls, f, (g_mu, g_ls), (h_mm, h_ml, h_ll), consts,
+                              order)
 
 
 @pytest.mark.slow
@@ -116,15 +96,5 @@ def test_mhss_on_student_t_rows_with_a_sampled_sigma():
     assert not step.sharp_angles and math.isfinite(step.region_radius)
     for order in (1, 2):
         _check_bound_on_random_pairs(X, y, step, order)
-    ref = np.load(reference_path("student_t_scale", N_ROWS, DIM), allow_pickle=False)
-    settings = json.loads(str(ref["settings"]))
-    assert (settings["rows"], settings["dim"], settings["data_seed"]) == (N_ROWS, DIM, SEED)
-    with model:
-        idata = pm.sample(3000, tune=1000, chains=2, step=step, random_seed=13, **SAMPLE)
-    assert_matches(idata, ref["mean"], ref["sd"], ref["mcse"])
-    assert_matches(idata, ref["sigma_mean"], ref["sigma_sd"], ref["sigma_mcse"], var="sigma")
-    stats_ = idata.sample_stats
-    assert int(stats_["clipped"].sum()) == 0
-    assert float(stats_["full_data_fallback"].mean()) < 1e-3
     # two predictors and no angle factors: more rows than a one-predictor family at this N
-    assert float(stats_["n_data"].mean()) < 20
+    check_posterior(model, step, "student_t_scale", others=("sigma",), max_rows=20)
