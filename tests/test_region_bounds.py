@@ -24,12 +24,11 @@ from pymc_subsample.bounds import (
     derivative_bound,
     glm_loglik,
     region_radius,
-    region_row_constants,
 )
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.steps.mhss import FALLBACK_WARN_RATE
+from tests.family_checks import check_pairs
 from tests.make_glm_references import reference_path
-from tests.pairs import worst_bound_ratio
 from tests.posterior import SAMPLE, assert_matches
 
 N_ROWS, DIM, SEED = 20_000, 4, 9
@@ -60,34 +59,14 @@ def poisson_log_step():
 def test_region_bound_holds_on_random_pairs(poisson_log_step, order):
     """10⁴ pairs (φ, φ') in R, half of them close pairs: |ξ_i| ≤ c_i M on 2000 random rows."""
     X, y, _, steps = poisson_log_step
-    X, y = X[PAIR_ROWS], y[PAIR_ROWS]
     step = steps[2]
-    frame, r = step.frame, step.region_radius
-    assert r == pytest.approx(region_radius(DIM))
-    xt = frame.whiten_rows(X)
-    eta_hat = X @ frame.theta_hat
+    assert step.region_radius == pytest.approx(region_radius(DIM))
 
-    def f(eta):
-        return y[:, None] * eta - np.exp(eta) - gammaln(y + 1.0)[:, None]
+    def f(eta, y):
+        return y * eta - np.exp(eta) - gammaln(y + 1.0)
 
-    mu_hat = np.exp(eta_hat)[:, None]
-    f1, f2 = y[:, None] - mu_hat, -mu_hat
-    consts = region_row_constants("poisson_log", order, np.linalg.norm(xt, axis=1), y,
-                                  eta_hat, r)
-    if order == 2:  # the step's own constants are the formula's
-        np.testing.assert_allclose(step.row_constants[PAIR_ROWS], consts, rtol=1e-8)
-
-    def remainders(phi, phi_new):
-        u, u_new = xt @ phi.T, xt @ phi_new.T
-        exact = f(eta_hat[:, None] + u_new) - f(eta_hat[:, None] + u)
-        taylor = f1 * (u_new - u)
-        if order == 2:
-            taylor = taylor + 0.5 * f2 * (u_new**2 - u**2)
-        return exact - taylor, exact
-
-    worst = worst_bound_ratio(remainders, consts, DIM, r, order)
-    assert worst <= 1.0, f"bound violated: max |ξ|/(c M) = {worst}"
-    assert worst > 1e-3  # the pairs reach where the bound matters
+    check_pairs(X, y, step, "poisson_log", order, (), f, lambda eta, y: y - np.exp(eta),
+                lambda eta, y: -np.exp(eta))
 
 
 def test_moves_leaving_the_region_are_decided_on_all_rows(poisson_log_step):

@@ -53,8 +53,6 @@ arXiv:2407.19602.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from pymc_subsample.bounds import (  # noqa: F401  (each module registers its families)
@@ -76,6 +74,7 @@ from pymc_subsample.bounds.normal import normal_scale_row_constants
 from pymc_subsample.bounds.remainder import (
     REGION_TAIL,
     check_order,
+    check_region,
     region_radius,
     remainder_scale,
 )
@@ -191,8 +190,7 @@ def region_row_constants(
     ``poisson_log`` it is ``e^{η̂_i + r s_i}``. Use with ``M(φ, φ')`` of
     :func:`remainder_scale` while ``‖φ‖, ‖φ'‖ ≤ r``.
     """
-    if not (math.isfinite(radius) and radius > 0.0):
-        raise ValueError(f"radius must be finite and positive, got {radius!r}")
+    check_region(order, radius)
     fam = family(family_name)
     return fam.row_constants(order, xt_norm, y, _fixed(fam, None, params),
                              eta_hat=np.asarray(eta_hat, dtype=np.float64), radius=radius)

@@ -58,7 +58,7 @@ from pymc_subsample.bounds.family import (
     register,
     register_location_scale,
 )
-from pymc_subsample.bounds.remainder import check_order
+from pymc_subsample.bounds.remainder import check_region
 
 __all__ = [
     "NegativeBinomialLog",
@@ -151,9 +151,7 @@ def negative_binomial_scale_row_constants(
     ``t = η − log α`` and ``λ = log α`` and :func:`scale_suprema` on the region's box (module
     docstring); for use with ``M`` without Lemma 1's angle factors.
     """
-    check_order(order)
-    if not (math.isfinite(radius) and radius > 0.0):
-        raise ValueError(f"radius must be finite and positive, got {radius!r}")
+    check_region(order, radius)
     s1 = np.asarray(s_t, dtype=np.float64)
     s2 = np.asarray(s_log_alpha, dtype=np.float64)
     alpha_upper = np.exp(np.asarray(log_alpha_hat, dtype=np.float64) + radius * s2)

@@ -21,7 +21,7 @@ from pymc_subsample.bounds.family import (
     register,
     register_location_scale,
 )
-from pymc_subsample.bounds.remainder import check_order
+from pymc_subsample.bounds.remainder import check_region
 
 __all__ = ["NormalIdentity", "NormalScale", "normal_scale_row_constants"]
 
@@ -88,9 +88,7 @@ def normal_scale_row_constants(
     of ``M`` set to 1 (``remainder_scale(..., sharp=False)``): Lemma 1's sharper factors assume
     one direction per row.
     """
-    check_order(order)
-    if not (math.isfinite(radius) and radius > 0.0):
-        raise ValueError(f"radius must be finite and positive, got {radius!r}")
+    check_region(order, radius)
     s1 = np.asarray(s_mu, dtype=np.float64)
     s2 = np.asarray(s_log_sigma, dtype=np.float64)
     p = np.asarray(abs_resid_hat, dtype=np.float64) + radius * s1

@@ -31,7 +31,7 @@ import math
 import numpy as np
 from scipy.stats import chi2
 
-__all__ = ["REGION_TAIL", "check_order", "region_radius", "remainder_scale"]
+__all__ = ["REGION_TAIL", "check_order", "check_region", "region_radius", "remainder_scale"]
 
 #: Probability, under the Laplace approximation, of a point outside the region (see
 #: :func:`region_radius`).
@@ -133,6 +133,13 @@ def remainder_scale(
         return norm_h * max(norm_a * _d1(w), norm_ap * _d1(wp))
     return 0.5 * norm_h * (hh / 6.0 + aa * _d2(w) + apap * _d2(wp))
 
+
+
+def check_region(order: int, radius: float) -> None:
+    """Refuse a Taylor order other than 1 or 2, or a region radius that is not finite > 0."""
+    check_order(order)
+    if not (math.isfinite(radius) and radius > 0.0):
+        raise ValueError(f"radius must be finite and positive, got {radius!r}")
 
 
 def region_radius(dim: int, tail: float = REGION_TAIL, margin: float = 1.0) -> float:

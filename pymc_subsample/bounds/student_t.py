@@ -50,7 +50,7 @@ from pymc_subsample.bounds.family import (
     register,
     register_location_scale,
 )
-from pymc_subsample.bounds.remainder import check_order
+from pymc_subsample.bounds.remainder import check_region
 
 __all__ = ["StudentT", "StudentTScale", "student_t_scale_row_constants"]
 
@@ -117,9 +117,7 @@ def student_t_scale_row_constants(
     :math:`\bar P_{a,b}` from :data:`SCALE_SUPREMA` (module docstring), for use with ``M``
     without Lemma 1's angle factors.
     """
-    check_order(order)
-    if not (math.isfinite(radius) and radius > 0.0):
-        raise ValueError(f"radius must be finite and positive, got {radius!r}")
+    check_region(order, radius)
     s1 = np.asarray(s_mu, dtype=np.float64)
     s2 = np.asarray(s_log_sigma, dtype=np.float64)
     nu = np.asarray(nu, dtype=np.float64)
