@@ -54,7 +54,7 @@ __all__ = [
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
 FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale",
             "cloglog", "gamma_log", "negative_binomial", "student_t", "student_t_scale",
-            "negative_binomial_scale")
+            "negative_binomial_scale", "gamma_log_scale")
 #: The noise sd of the ``gaussian_scale`` family's data (its model samples σ).
 GAUSSIAN_SCALE_SIGMA = 2.0
 #: Fixed parameters of the ``gamma_log`` (shape), ``negative_binomial`` (dispersion) and
@@ -84,7 +84,8 @@ def glm_data(
         ``N(η, 1)``, ``Poisson(e^η)``, ``N(η, 2²)`` (:data:`GAUSSIAN_SCALE_SIGMA`; its model
         samples σ ~ HalfNormal(5)), ``Bernoulli(1 − exp(−e^η))``, Gamma with mean ``e^η`` and
         shape :data:`GAMMA_SHAPE`, negative binomial with mean ``e^η`` and dispersion
-        :data:`NB_ALPHA` (``negative_binomial_scale``: α ~ Exponential(0.1) sampled), or
+        :data:`NB_ALPHA` (``negative_binomial_scale``: α ~ Exponential(0.1) sampled;
+        ``gamma_log_scale``: the shape α ~ Exponential(0.5) sampled), or
         ``η + σ t_ν`` (:data:`STUDENT_NU`, :data:`STUDENT_SIGMA`; the
         ``student_t_scale`` model samples σ ~ HalfNormal(5)).
     seed : int, optional
@@ -117,7 +118,7 @@ def glm_data(
         y = eta + GAUSSIAN_SCALE_SIGMA * rng.normal(size=n)
     elif family == "cloglog":
         y = rng.binomial(1, -np.expm1(-np.exp(eta)))
-    elif family == "gamma_log":
+    elif family in ("gamma_log", "gamma_log_scale"):
         y = rng.gamma(GAMMA_SHAPE, np.exp(eta) / GAMMA_SHAPE)
     elif family in ("negative_binomial", "negative_binomial_scale"):
         y = rng.negative_binomial(NB_ALPHA, NB_ALPHA / (NB_ALPHA + np.exp(eta)))
@@ -158,6 +159,9 @@ def glm_model(
             pm.Bernoulli("y", p=-pt.expm1(-pm.math.exp(eta)), observed=y)
         elif family == "gamma_log":
             pm.Gamma("y", alpha=GAMMA_SHAPE, beta=GAMMA_SHAPE / pm.math.exp(eta), observed=y)
+        elif family == "gamma_log_scale":
+            shape = pm.Exponential("alpha", 0.5)
+            pm.Gamma("y", alpha=shape, beta=shape / pm.math.exp(eta), observed=y)
         elif family == "negative_binomial":
             pm.NegativeBinomial("y", mu=pm.math.exp(eta), alpha=NB_ALPHA, observed=y)
         elif family == "negative_binomial_scale":

@@ -33,6 +33,7 @@ student_t              ``StudentT(nu=fixed, mu=η, sigma=fixed)``     global: (�
 normal_scale           ``Normal(mu=η, sigma=sampled)``               region, two predictors
 student_t_scale        ``StudentT(nu=fixed, mu=η, sigma=sampled)``   region, two predictors
 nb_scale               ``NegativeBinomial(mu=exp(η), alpha=sampled)``  region, two predictors
+gamma_scale            ``Gamma(alpha=a, beta=a / exp(η))``, a sampled  region, two predictors
 =====================  ============================================  ==========================
 
 Families whose derivatives are unbounded (:data:`REGION_FAMILIES`) get constants valid on the
@@ -42,8 +43,9 @@ with either end outside the ball on all rows, which keeps the chain exact becaus
 depends on the pair ``{θ, θ'}`` only (``docs/methods/mhss.md``, "Region-valid bounds"). A
 Normal or Student-t with a sampled σ has two predictors, the location and ``log σ``
 (:class:`~pymc_subsample.bounds.family.LocationScaleFamily`):
-:func:`normal_scale_row_constants`, :func:`student_t_scale_row_constants`; so has a negative
-binomial with a sampled dispersion (``η − log α`` and ``log α``).
+:func:`normal_scale_row_constants`, :func:`student_t_scale_row_constants`; so have a negative
+binomial with a sampled dispersion (``η − log α`` and ``log α``) and a Gamma with a sampled
+shape (``η`` and ``log α``).
 
 References
 ----------
