@@ -39,7 +39,7 @@ def run(
     parser.add_argument("--draws", type=int, default=draws, help="MHSS draws per chain")
     parser.add_argument("--tune", type=int, default=1000, help="MHSS tuning steps per chain")
     parser.add_argument("--nuts-draws", type=int, default=nuts_draws,
-                        help="NUTS draws and tuning steps per chain")
+                        help="NUTS draws and tuning steps per chain (0: MHSS alone)")
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default=figure, help="forest plot (PNG)")
@@ -55,8 +55,9 @@ def run(
         tune=args.tune,
         chains=args.chains,
         # every NUTS gradient reads all rows: a shorter run still gives a usable reference
-        nuts_draws=args.nuts_draws,
-        nuts_tune=args.nuts_draws,
+        nuts=args.nuts_draws > 0,
+        nuts_draws=args.nuts_draws or None,
+        nuts_tune=args.nuts_draws or None,
         random_seed=args.seed,
         figure=args.out,
     )
