@@ -7,8 +7,12 @@ it with :func:`pymc_subsample.datasets.glm_model` and call :func:`run` here.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
+import arviz as az
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 import pymc_subsample as pms
@@ -74,4 +78,32 @@ def run(
     coefs = pd.DataFrame(columns, index=pd.Index(data.columns, name="coefficient"))
     print(f"\n{coefs.iloc[:n_coefficients].round(4).to_string()}")
     print(f"\nforest plot: {result.figure.resolve()}")
+    trace = Path(args.out).with_name(f"{Path(args.out).stem}_trace.png")
+    trace_figure(result.idata, data.columns, trace)
+    print(f"trace plot: {trace.resolve()}")
     return result
+
+
+def trace_figure(idatas: Mapping[str, az.InferenceData], columns, path) -> None:
+    """Traces of four coefficients per method: the first three and the one with the largest
+    posterior sd under the first method (NUTS when it ran).
+
+    The x-axis is the fraction of each run's draws, so runs of different lengths share it.
+    """
+    sds = {name: idata.posterior["b"].std(("chain", "draw")).values
+           for name, idata in idatas.items()}
+    widest = int(np.argmax(next(iter(sds.values()))))
+    shown = list(dict.fromkeys([0, 1, 2, widest]))[: len(columns)]
+    fig, axes = plt.subplots(len(shown), 1, figsize=(9, 1.8 * len(shown)), squeeze=False)
+    for ax, k in zip(axes[:, 0], shown, strict=True):
+        for i, (name, idata) in enumerate(idatas.items()):
+            draws = idata.posterior["b"].values[..., k]  # (chain, draw)
+            for c, chain in enumerate(draws):
+                ax.plot(np.linspace(0.0, 1.0, chain.size), chain, lw=0.5, alpha=0.8,
+                        color=f"C{i}", label=name if c == 0 else None)
+        ax.set_ylabel(columns[k])
+    axes[0, 0].legend(loc="upper right", fontsize="small")
+    axes[-1, 0].set_xlabel("fraction of the run's draws (after tuning)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

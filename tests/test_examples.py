@@ -43,6 +43,8 @@ def test_example_runs_and_prints_the_comparison(name, package, rows, tmp_path, c
     printed = capsys.readouterr().out
     assert "MHSS" in printed and "NUTS" in printed and str(png.resolve()) in printed
     assert png.read_bytes()[:4] == b"\x89PNG"
+    trace = tmp_path / f"{name}_trace.png"
+    assert str(trace.resolve()) in printed and trace.read_bytes()[:4] == b"\x89PNG"
     stats = result.idata["MHSS"].sample_stats
     assert float(stats["n_data"].mean()) < 0.2 * rows
     assert int(stats["clipped"].sum()) == 0
