@@ -41,6 +41,7 @@ from pymc_subsample.bounds import (
     location_scale_families,
     region_radius,
     registered,
+    scalar_op,
 )
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame
@@ -90,12 +91,6 @@ class GLMTerm:
     params: tuple[Variable, ...]
     rows: Variable
 
-
-def _scalar_op(var: Variable):
-    owner = var.owner
-    if owner is not None and isinstance(owner.op, Elemwise):
-        return owner.op.scalar_op
-    return None
 
 
 def _unsupported(name: str, what: str) -> SubsamplingModelError:
@@ -186,7 +181,7 @@ def _split_log_node(fgraph, node):
     if not isinstance(node.op.scalar_op, Log):
         return None
     (x,) = node.inputs
-    op = _scalar_op(x)
+    op = scalar_op(x)
     if isinstance(op, Exp):
         out = x.owner.inputs[0]
     elif isinstance(op, Mul):
@@ -454,7 +449,7 @@ def _value_ancestors(var: Variable) -> set[Variable]:
             continue
         if isinstance(node.op, Alloc):
             stack.append(node.inputs[0])
-        elif isinstance(_scalar_op(v), Second):
+        elif isinstance(scalar_op(v), Second):
             stack.append(node.inputs[1])
         else:
             stack.extend(node.inputs)

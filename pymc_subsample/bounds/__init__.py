@@ -71,6 +71,7 @@ from pymc_subsample.bounds.family import (
     family,
     location_scale_families,
     registered,
+    scalar_op,
 )
 from pymc_subsample.bounds.normal import normal_scale_row_constants
 from pymc_subsample.bounds.remainder import (
@@ -98,6 +99,7 @@ __all__ = [
     "region_row_constants",
     "registered",
     "remainder_scale",
+    "scalar_op",
     "student_t_scale_row_constants",
 ]
 

@@ -30,12 +30,11 @@ from pytensor.graph.basic import Variable
 from pytensor.scalar.basic import Exp, Expm1, Mul, Neg, Sub
 from pytensor.scalar.math import Erfc, Sigmoid
 from pytensor.tensor.basic import get_underlying_scalar_constant_value
-from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.basic import BernoulliRV
 from scipy.special import log_ndtr
 
-from pymc_subsample.bounds.family import Family, register
+from pymc_subsample.bounds.family import Family, register, scalar_op
 
 __all__ = [
     "BernoulliCloglog",
@@ -54,12 +53,6 @@ _PROBIT_L = {1: 1.0, 2: 0.3}
 _CLOGLOG_L = {1: 0.4126, 2: 0.4261}
 
 
-def _scalar_op(var: Variable):
-    owner = var.owner
-    if owner is not None and isinstance(owner.op, Elemwise):
-        return owner.op.scalar_op
-    return None
-
 
 def _constant(var: Variable) -> float | None:
     try:
@@ -70,7 +63,7 @@ def _constant(var: Variable) -> float | None:
 
 def _negated(var: Variable) -> Variable | None:
     """``x`` when ``var`` is ``-x`` (``Neg`` or a product with the constant −1), else None."""
-    op = _scalar_op(var)
+    op = scalar_op(var)
     if isinstance(op, Neg):
         return var.owner.inputs[0]
     if isinstance(op, Mul) and len(var.owner.inputs) == 2:
@@ -102,7 +95,7 @@ class BernoulliLogit(_Bernoulli):
 
     def read(self, dist_params):
         (p,) = dist_params
-        return (p.owner.inputs[0], ()) if isinstance(_scalar_op(p), Sigmoid) else None
+        return (p.owner.inputs[0], ()) if isinstance(scalar_op(p), Sigmoid) else None
 
     def terms(self, eta, y):
         # f' = y − σ(η), f'' = −σ(η)σ(−η)
@@ -118,10 +111,10 @@ class BernoulliLogit(_Bernoulli):
 
 def probit_predictor(p: Variable) -> Variable | None:
     """``η`` when ``p`` is PyMC's ``invprobit(η) = ½·erfc(−η/√2)`` (by its graph), else None."""
-    if not (isinstance(_scalar_op(p), Mul) and len(p.owner.inputs) == 2):
+    if not (isinstance(scalar_op(p), Mul) and len(p.owner.inputs) == 2):
         return None
     for half, other in (p.owner.inputs, p.owner.inputs[::-1]):
-        if _constant(half) == 0.5 and isinstance(_scalar_op(other), Erfc):
+        if _constant(half) == 0.5 and isinstance(scalar_op(other), Erfc):
             return -np.sqrt(2.0) * other.owner.inputs[0]
     return None
 
@@ -157,18 +150,18 @@ class BernoulliProbit(_Bernoulli):
 
 def cloglog_predictor(p: Variable) -> Variable | None:
     """``η`` when ``p`` is ``1 − exp(−exp(η))`` or ``−expm1(−exp(η))`` (by its graph)."""
-    if isinstance(_scalar_op(p), Sub) and _constant(p.owner.inputs[0]) == 1.0:
+    if isinstance(scalar_op(p), Sub) and _constant(p.owner.inputs[0]) == 1.0:
         inner = p.owner.inputs[1]
-        if not isinstance(_scalar_op(inner), Exp):
+        if not isinstance(scalar_op(inner), Exp):
             return None
         arg = inner.owner.inputs[0]
     else:
         inner = _negated(p)
-        if inner is None or not isinstance(_scalar_op(inner), Expm1):
+        if inner is None or not isinstance(scalar_op(inner), Expm1):
             return None
         arg = inner.owner.inputs[0]
     u = _negated(arg)
-    if u is None or not isinstance(_scalar_op(u), Exp):
+    if u is None or not isinstance(scalar_op(u), Exp):
         return None
     return u.owner.inputs[0]
 

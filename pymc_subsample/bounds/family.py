@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 from pytensor.graph.basic import Variable
+from pytensor.tensor.elemwise import Elemwise
 
 from pymc_subsample.bounds.remainder import check_order
 
@@ -41,7 +42,17 @@ __all__ = [
     "register",
     "register_location_scale",
     "registered",
+    "scalar_op",
 ]
+
+
+def scalar_op(var: Variable):
+    """The scalar op of an elementwise node (``Exp``, ``Mul``, ...), or None for anything else:
+    how the families and the model layer read a graph's shape."""
+    owner = var.owner
+    if owner is not None and isinstance(owner.op, Elemwise):
+        return owner.op.scalar_op
+    return None
 
 
 class Family:

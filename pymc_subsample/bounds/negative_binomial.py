@@ -51,12 +51,12 @@ from pytensor.scalar.basic import Add, TrueDiv
 from pytensor.tensor.random.basic import NegBinomialRV
 from scipy.special import expit, gammaln
 
-from pymc_subsample.bounds.bernoulli import _scalar_op
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
     register,
     register_location_scale,
+    scalar_op,
 )
 from pymc_subsample.bounds.remainder import check_region
 
@@ -71,10 +71,10 @@ _L = {1: 0.25, 2: math.sqrt(3.0) / 18.0}
 
 def _mean_of(n, p):
     """``μ`` when ``p`` is ``n / (μ + n)`` by its graph (PyMC's ``mu, alpha`` form), else None."""
-    if not isinstance(_scalar_op(p), TrueDiv):
+    if not isinstance(scalar_op(p), TrueDiv):
         return None
     numerator, denominator = p.owner.inputs
-    if not (equal_computations([numerator], [n]) and isinstance(_scalar_op(denominator), Add)):
+    if not (equal_computations([numerator], [n]) and isinstance(scalar_op(denominator), Add)):
         return None
     summands = list(denominator.owner.inputs)
     for j, s in enumerate(summands):

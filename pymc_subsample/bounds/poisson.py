@@ -22,8 +22,7 @@ from pytensor.scalar.math import Softplus
 from pytensor.tensor.random.basic import PoissonRV
 from scipy.special import gammaln
 
-from pymc_subsample.bounds.bernoulli import _scalar_op
-from pymc_subsample.bounds.family import Family, register
+from pymc_subsample.bounds.family import Family, register, scalar_op
 
 __all__ = ["PoissonLog", "PoissonSoftplus"]
 
@@ -60,7 +59,7 @@ class PoissonSoftplus(_Poisson):
 
     def read(self, dist_params):
         (mu,) = dist_params
-        return (mu.owner.inputs[0], ()) if isinstance(_scalar_op(mu), Softplus) else None
+        return (mu.owner.inputs[0], ()) if isinstance(scalar_op(mu), Softplus) else None
 
     def terms(self, eta, y):
         # μ = softplus(η), μ' = σ(η), μ'' = σ(η)σ(−η); f = y log μ − μ − log y!
