@@ -381,14 +381,13 @@ class GLMPass:
     def _row_constants(self, term, order, x, y, eta_hat, params, whiten_rows) -> np.ndarray:
         """``c_i`` of one variable's rows in a chunk (:meth:`Family.row_constants`).
 
-        A region family's constants hold on ``‖φ‖ ≤ r`` (whitened rows only); the pass runs at
-        ``θ̂`` itself, so ``eta_hat`` is ``η̂_i``.
+        A region family's constants hold on ``‖φ‖ ≤ r`` of the Laplace frame, so only with
+        whitened rows: with Euclidean ones the family itself refuses (no global bound). The
+        pass runs at ``θ̂`` itself, so ``eta_hat`` is ``η̂_i``.
         """
-        if whiten_rows is None and term.family.region_only:
-            raise ValueError(f"family {term.family.name!r} has row constants on a region of "
-                             "the Laplace frame only: pass whiten_rows")
-        xt = whiten_rows(x) if whiten_rows is not None else x
-        radius = self.region_radius if term.family.region_only else math.inf
+        whitened = whiten_rows is not None
+        xt = whiten_rows(x) if whitened else x
+        radius = self.region_radius if term.family.region_only and whitened else math.inf
         return term.family.row_constants(order, _row_norms(xt), y, params, eta_hat=eta_hat,
                                          radius=radius)
 

@@ -114,9 +114,6 @@ def _fixed(fam: Family, sigma: float | None, params: tuple) -> tuple:
     """The fixed parameters, ``sigma`` standing for a Normal's one (ignored by the others)."""
     if sigma is not None and fam.params == ("sigma",):
         params = (sigma,)
-    if len(params) != len(fam.params):
-        raise ValueError(f"family {fam.name!r} needs the fixed parameters "
-                         f"{', '.join(fam.params)}")
     return fam.check_params(params)
 
 
@@ -169,12 +166,11 @@ def glm_row_constants(
     r"""Per-row MHSS constants :math:`c_i = L_k(y_i) \lVert x_i \rVert^{k+1}` (Corollary 2).
 
     ``x_norm`` is :math:`\lVert x_i\rVert` (or the whitened :math:`\lVert L^\top x_i\rVert`);
-    the other arguments are as in :func:`derivative_bound`.
+    the other arguments are as in :func:`derivative_bound` (:meth:`Family.row_constants` on the
+    whole line).
     """
-    x_norm = np.asarray(x_norm, dtype=np.float64)
-    if not np.all(np.isfinite(x_norm)) or np.any(x_norm < 0.0):
-        raise ValueError("x_norm must be finite and non-negative")
-    return derivative_bound(family_name, y, order, sigma, params) * x_norm ** (order + 1)
+    fam = family(family_name)
+    return fam.row_constants(order, x_norm, y, _fixed(fam, sigma, params))
 
 
 def region_row_constants(

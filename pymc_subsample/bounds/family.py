@@ -162,7 +162,7 @@ class Family:
         check_order(order)
         norms = np.asarray(norms, dtype=np.float64)
         if not np.all(np.isfinite(norms)) or np.any(norms < 0.0):
-            raise ValueError("row norms must be finite and non-negative")
+            raise ValueError("the row norms (x_norm) must be finite and non-negative")
         y = self.check_y(y)
         params = self.check_params(params)
         if math.isfinite(radius):
