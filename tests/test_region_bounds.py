@@ -19,21 +19,15 @@ import pytest
 from scipy.special import gammaln
 from scipy.stats import poisson
 
-import pymc_subsample as pms
 from pymc_subsample.bounds import (
     derivative_bound,
     glm_loglik,
     region_radius,
 )
-from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.steps.mhss import FALLBACK_WARN_RATE
-from tests.family_checks import check_pairs
+from tests.family_checks import DIM, N_ROWS, SEED, build, check_pairs
 from tests.make_glm_references import reference_path
 from tests.posterior import SAMPLE, assert_matches
-
-N_ROWS, DIM, SEED = 20_000, 4, 9
-#: The rows the pair tests evaluate (a random tenth: the bound holds row by row).
-PAIR_ROWS = np.sort(np.random.default_rng(0).choice(N_ROWS, size=2000, replace=False))
 
 
 def test_poisson_log_loglik_and_refusal_of_a_global_bound():
@@ -47,19 +41,15 @@ def test_poisson_log_loglik_and_refusal_of_a_global_bound():
 
 @pytest.fixture(scope="module")
 def poisson_log_step():
-    X, y = glm_data(N_ROWS, DIM, "poisson_log", seed=SEED)
-    model = glm_model(X, y, "poisson_log")
-    with model:
-        # order 2 only: the order-1 constants are checked through the same formula below
-        steps = {2: pms.MHSS(cv_order=2)}
-    return X, y, model, steps
+    """``(X, y, model, step)``: the order-2 step (the order-1 constants are checked through
+    the same formula in the pair test)."""
+    return build("poisson_log")
 
 
 @pytest.mark.parametrize("order", [1, 2])
 def test_region_bound_holds_on_random_pairs(poisson_log_step, order):
     """10⁴ pairs (φ, φ') in R, half of them close pairs: |ξ_i| ≤ c_i M on 2000 random rows."""
-    X, y, _, steps = poisson_log_step
-    step = steps[2]
+    X, y, _, step = poisson_log_step
     assert step.region_radius == pytest.approx(region_radius(DIM))
 
     def f(eta, y):
@@ -70,8 +60,7 @@ def test_region_bound_holds_on_random_pairs(poisson_log_step, order):
 
 
 def test_moves_leaving_the_region_are_decided_on_all_rows(poisson_log_step):
-    _, _, _, steps = poisson_log_step
-    step = steps[2]
+    _, _, _, step = poisson_log_step
     r = step.region_radius
     inside = np.full(DIM, 0.9 * r / math.sqrt(DIM))
     outside = np.full(DIM, 1.1 * r / math.sqrt(DIM))
@@ -95,8 +84,7 @@ def nuts_reference():
 @pytest.mark.parametrize("radius", [None, 2.0])
 def test_poisson_log_matches_nuts(poisson_log_step, nuts_reference, radius):
     """Default region (fallbacks below 0.1%) and r = 2 (most moves decided on all rows)."""
-    _, _, model, steps = poisson_log_step
-    step = steps[2]
+    _, _, model, step = poisson_log_step
     default = step.region_radius
     # a smaller region than the constants were made for: they still hold on it
     step.region_radius = default if radius is None else radius
@@ -117,8 +105,7 @@ def test_poisson_log_matches_nuts(poisson_log_step, nuts_reference, radius):
 
 
 def test_a_chain_that_falls_back_often_warns_and_shows_it(poisson_log_step):
-    _, _, model, steps = poisson_log_step
-    step = steps[2]
+    _, _, model, step = poisson_log_step
     default, step.region_radius = step.region_radius, 1.0
     try:
         with model, pytest.warns(UserWarning, match=r"MHSS decided \d+ of the first 500 moves.*"
