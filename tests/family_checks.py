@@ -79,16 +79,23 @@ def check_pairs(X, y, step, family_name: str, order: int, params: tuple,
     return worst
 
 
+def load_reference(data_family: str, case: tuple[int, int, int] | None = None):
+    """The stored NUTS reference of ``data_family`` (``tests/make_glm_references.py``), checked
+    to be of the case ``(rows, dim, data seed)``, this module's by default."""
+    rows, dim, seed = case or (N_ROWS, DIM, SEED)
+    data = np.load(reference_path(data_family, rows, dim), allow_pickle=False)
+    settings = json.loads(str(data["settings"]))
+    assert (settings["rows"], settings["dim"], settings["data_seed"]) == (rows, dim, seed)
+    return data
+
+
 def check_posterior(model, step, data_family: str, *, others: tuple[str, ...] = (),
                     max_rows: float | None = 10, case: tuple[int, int, int] | None = None,
                     draws: int = 3000) -> None:
     """MHSS's posterior of ``b`` (and of ``others``) against the stored NUTS reference: |z| <
     4.5, sd within 10 %, nothing clipped, fallbacks below 0.1 %, rows per iteration below
     ``max_rows``. ``case`` is ``(rows, dim, data seed)`` of the reference."""
-    rows, dim, seed = case or (N_ROWS, DIM, SEED)
-    data = np.load(reference_path(data_family, rows, dim), allow_pickle=False)
-    settings = json.loads(str(data["settings"]))
-    assert (settings["rows"], settings["dim"], settings["data_seed"]) == (rows, dim, seed)
+    data = load_reference(data_family, case)
     with model:
         idata = pm.sample(draws, tune=1000, chains=2, step=step, random_seed=13, **SAMPLE)
     assert_matches(idata, data["mean"], data["sd"], data["mcse"])

@@ -10,7 +10,6 @@ itself must keep the chain exact).
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -25,8 +24,7 @@ from pymc_subsample.bounds import (
     region_radius,
 )
 from pymc_subsample.steps.mhss import FALLBACK_WARN_RATE
-from tests.family_checks import DIM, N_ROWS, SEED, build, check_pairs
-from tests.make_glm_references import reference_path
+from tests.family_checks import DIM, build, check_pairs, load_reference
 from tests.posterior import SAMPLE, assert_matches
 
 
@@ -73,9 +71,7 @@ def test_moves_leaving_the_region_are_decided_on_all_rows(poisson_log_step):
 
 @pytest.fixture(scope="module")
 def nuts_reference():
-    data = np.load(reference_path("poisson_log", N_ROWS, DIM), allow_pickle=False)
-    settings = json.loads(str(data["settings"]))
-    assert (settings["rows"], settings["dim"], settings["data_seed"]) == (N_ROWS, DIM, SEED)
+    data = load_reference("poisson_log")
     return data["mean"], data["sd"], data["mcse"]
 
 
