@@ -108,6 +108,20 @@ def _depends_on_parameters(var: Variable, lik: SubsampledLikelihood) -> bool:
     return any(v in values for v in ancestors([var]))
 
 
+def _fixed_per_row(
+    name: str, fam: Family | LocationScaleFamily, fixed: tuple[Variable, ...],
+    lik: SubsampledLikelihood, refusal: str,
+) -> tuple[Variable, ...]:
+    """A family's fixed parameters, one float64 value per row of ``idx``; refused, naming the
+    variable, when one depends on the sampled parameters (``refusal`` says why, with ``{param}``
+    and ``{family}`` filled in)."""
+    for param_name, value in zip(fam.params, fixed, strict=True):
+        if _depends_on_parameters(value, lik):
+            raise _unsupported(name, refusal.format(param=param_name, family=fam.description))
+    n_rows = lik.idx.shape[0]
+    return tuple(pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in fixed)
+
+
 def _dist_name(op) -> str:
     return type(op).__name__.removesuffix("RV")
 
@@ -147,18 +161,14 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             links = " or ".join(f.description for f in candidates)
             raise _unsupported(block.name, f"its {_dist_name(op)} is not {links}")
         eta, fixed = read
-        for param_name, value in zip(fam.params, fixed, strict=True):
-            if _depends_on_parameters(value, lik):
-                what = (
-                    "its Normal sigma is a sampled parameter and another observed variable is "
-                    "not such a Normal (MHSS bounds a sampled sigma when every observed "
-                    "variable is one)" if fam.name == "normal_identity" else
-                    f"its {param_name} depends on the sampled parameters (MHSS bounds "
-                    f"{fam.description})"
-                )
-                raise _unsupported(block.name, what)
+        params = _fixed_per_row(
+            block.name, fam, fixed, lik,
+            "its Normal sigma is a sampled parameter and another observed variable is not such "
+            "a Normal (MHSS bounds a sampled sigma when every observed variable is one)"
+            if fam.name == "normal_identity" else
+            "its {param} depends on the sampled parameters (MHSS bounds {family})",
+        )
         (eta_theta,) = lik.in_theta([_simplify_log(pt.broadcast_to(eta, (n_rows,)))])
-        params = tuple(pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in fixed)
         try:
             rows = _rows_of_affine(block.name, eta_theta, lik.theta)
         except SubsamplingModelError:
@@ -545,10 +555,10 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
         mu, sd, fixed = read
         if not _depends_on_parameters(sd, lik):
             return None
-        for param_name, value in zip(fam.params, fixed, strict=True):
-            if _depends_on_parameters(value, lik):
-                raise _unsupported(block.name, f"its sigma and its {param_name} are both sampled "
-                                   f"(MHSS bounds {fam.description})")
+        params = _fixed_per_row(
+            block.name, fam, fixed, lik,
+            "its sigma and its {param} are both sampled (MHSS bounds {family})",
+        )
         # log(exp(λ)) → λ before the affinity check
         mu_theta, log_sigma_theta = (
             _simplify_log(v)
@@ -565,7 +575,6 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
                     "is not affine in the sampled parameters (sigma = exp(affine) or a positive "
                     "prior on sigma are)"
                 ) from None
-        params = tuple(pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in fixed)
         found.append(LocationScaleTerm(block.name, fam, mu_theta, log_sigma_theta, block.value,
                                        *rows_of, params))
     return found
