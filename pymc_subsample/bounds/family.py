@@ -40,7 +40,6 @@ __all__ = [
     "family",
     "location_scale_families",
     "register",
-    "register_location_scale",
     "registered",
     "scalar_op",
 ]
@@ -179,32 +178,6 @@ class Family:
         return sup * norms ** (order + 1)
 
 
-#: Every registered family by name, in the order :func:`pymc_subsample.glm.detect_glm_terms`
-#: tries them.
-_REGISTRY: dict[str, Family] = {}
-
-
-def register(cls: type[Family]) -> type[Family]:
-    """Class decorator: add one instance of a family to the registry."""
-    _REGISTRY[cls.name] = cls()
-    return cls
-
-
-def registered() -> tuple[Family, ...]:
-    """The registered families, in registration order."""
-    return tuple(_REGISTRY.values())
-
-
-def family(name: str | Family) -> Family:
-    """The registered family called ``name`` (a :class:`Family` is returned as it is)."""
-    if isinstance(name, Family):
-        return name
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown family {name!r}; expected one of {tuple(_REGISTRY)}") from None
-
-
 class LocationScaleFamily:
     """A family with two predictors per row: a location ``μ`` and ``λ = log σ``, both affine.
 
@@ -252,15 +225,35 @@ class LocationScaleFamily:
         raise NotImplementedError
 
 
-_LOCATION_SCALE: dict[str, LocationScaleFamily] = {}
+#: Every registered family by name (one- and two-predictor), in the order the model layer's
+#: detections try them (:func:`pymc_subsample.glm.detect_glm_terms`,
+#: :func:`pymc_subsample.glm.detect_location_scale_terms`).
+_REGISTRY: dict[str, Family | LocationScaleFamily] = {}
 
 
-def register_location_scale(cls: type[LocationScaleFamily]) -> type[LocationScaleFamily]:
-    """Class decorator: add one instance of a location–scale family to the registry."""
-    _LOCATION_SCALE[cls.name] = cls()
+def register(cls: type[Family] | type[LocationScaleFamily]):
+    """Class decorator: add one instance of a family (either kind) to the registry."""
+    _REGISTRY[cls.name] = cls()
     return cls
 
 
+def registered() -> tuple[Family, ...]:
+    """The registered one-predictor families, in registration order."""
+    return tuple(f for f in _REGISTRY.values() if isinstance(f, Family))
+
+
 def location_scale_families() -> tuple[LocationScaleFamily, ...]:
-    """The registered location–scale families."""
-    return tuple(_LOCATION_SCALE.values())
+    """The registered two-predictor (location and log-scale) families."""
+    return tuple(f for f in _REGISTRY.values() if isinstance(f, LocationScaleFamily))
+
+
+def family(name: str | Family) -> Family:
+    """The registered one-predictor family called ``name`` (a :class:`Family` is returned as
+    it is)."""
+    if isinstance(name, Family):
+        return name
+    found = _REGISTRY.get(name)
+    if not isinstance(found, Family):
+        names = tuple(f.name for f in registered())
+        raise ValueError(f"unknown family {name!r}; expected one of {names}")
+    return found

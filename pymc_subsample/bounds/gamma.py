@@ -50,7 +50,6 @@ from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
     register,
-    register_location_scale,
 )
 from pymc_subsample.bounds.remainder import check_region
 
@@ -172,7 +171,7 @@ def gamma_scale_row_constants(
     return sum(math.comb(k, a) * sup[(a, k - a)] * s1**a * s2 ** (k - a) for a in range(k + 1))
 
 
-@register_location_scale
+@register
 class GammaScale(LocationScaleFamily):
     """Gamma with mean ``e^η`` and a sampled shape ``alpha`` (``log α`` affine)."""
 

@@ -55,7 +55,6 @@ from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
     register,
-    register_location_scale,
     scalar_op,
 )
 from pymc_subsample.bounds.remainder import check_region
@@ -161,7 +160,7 @@ def negative_binomial_scale_row_constants(
     return sum(math.comb(k, a) * sup[(a, k - a)] * s1**a * s2 ** (k - a) for a in range(k + 1))
 
 
-@register_location_scale
+@register
 class NegativeBinomialScale(LocationScaleFamily):
     """Negative binomial with mean ``e^η`` and a sampled dispersion ``alpha``.
 

@@ -19,7 +19,6 @@ from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
     register,
-    register_location_scale,
 )
 from pymc_subsample.bounds.remainder import check_region
 
@@ -98,7 +97,7 @@ def normal_scale_row_constants(
     return e * (6.0 * s1**2 * s2 + 12.0 * p * s1 * s2**2 + 4.0 * p**2 * s2**3)
 
 
-@register_location_scale
+@register
 class NormalScale(LocationScaleFamily):
     """Normal with mean ``μ`` and a sampled ``σ`` (:func:`normal_scale_row_constants`)."""
 

@@ -48,7 +48,6 @@ from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
     register,
-    register_location_scale,
 )
 from pymc_subsample.bounds.remainder import check_region
 
@@ -128,7 +127,7 @@ def student_t_scale_row_constants(
     return (nu + 1.0) * total
 
 
-@register_location_scale
+@register
 class StudentTScale(LocationScaleFamily):
     """Student-t with location ``μ``, a sampled ``σ`` and a fixed ``nu``."""
 
