@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import mpmath
 import numpy as np
@@ -136,20 +137,48 @@ def check_sup_on_intervals(family_name: str, row: Callable, draw_y: Callable, or
         assert d <= sup * (1 + 1e-12)
 
 
-def check_two_predictor_pairs(step, a1: np.ndarray, a2: np.ndarray, f: Callable,
-                              grad: tuple, hess: tuple, consts: np.ndarray, order: int) -> float:
+@dataclass(frozen=True)
+class TwoPredictors:
+    """The two predictors of the pair-test rows when ``θ = (b, λ)``, ``λ`` a scalar last.
+
+    ``first`` (rows × d) and ``second`` (d,) are their derivatives in θ, ``first_hat`` and
+    ``second_hat`` their values at θ̂, ``xt_first``/``xt_second`` the whitened derivatives and
+    ``s_first``/``s_second`` their lengths per row.
+    """
+
+    first: np.ndarray
+    second: np.ndarray
+    first_hat: np.ndarray
+    second_hat: float
+    xt_first: np.ndarray
+    xt_second: np.ndarray
+    s_first: np.ndarray
+    s_second: np.ndarray
+
+
+def two_predictors(X: np.ndarray, step, last_in_first: float = 0.0) -> TwoPredictors:
+    """The pair-test rows' two predictors: ``X b + last_in_first · λ`` and ``λ``."""
+    frame, dim = step.frame, step.likelihood.dim
+    first = np.hstack([X, np.full((len(X), 1), last_in_first)])
+    second = np.zeros(dim)
+    second[-1] = 1.0
+    xt_first, xt_second = frame.whiten_rows(first), frame.whiten_rows(second[None, :])[0]
+    return TwoPredictors(first, second, first @ frame.theta_hat, float(frame.theta_hat[-1]),
+                         xt_first, xt_second, np.linalg.norm(xt_first, axis=1),
+                         np.full(len(X), np.linalg.norm(xt_second)))
+
+
+def check_two_predictor_pairs(step, rows: TwoPredictors, f: Callable, grad: tuple, hess: tuple,
+                              consts: np.ndarray, order: int) -> float:
     """The bound of a two-predictor row on 10⁴ pairs in the ball, 2000 random rows.
 
-    ``a1`` (rows × d) and ``a2`` (d,) are the two predictors' derivatives in θ (the second a
-    scalar parameter's); ``f(p1, p2)`` the rows' log-density; ``grad = (g1, g2)`` and
-    ``hess = (h11, h12, h22)`` its derivatives at θ̂ (columns); ``consts`` the package's
-    constants for these rows (the step's own for order 2).
+    ``f(p1, p2)`` is the rows' log-density, ``grad = (g1, g2)`` and ``hess = (h11, h12, h22)``
+    its derivatives at θ̂ (columns); ``consts`` the package's constants for these rows (the
+    step's own for order 2).
     """
-    frame, r, dim = step.frame, step.region_radius, step.likelihood.dim
     if order == 2:
         np.testing.assert_allclose(step.row_constants[PAIR_ROWS], consts, rtol=1e-8)
-    xt1, xt2 = frame.whiten_rows(a1), frame.whiten_rows(a2[None, :])[0]
-    p1_hat, p2_hat = a1 @ frame.theta_hat, a2 @ frame.theta_hat
+    xt1, xt2, p1_hat, p2_hat = rows.xt_first, rows.xt_second, rows.first_hat, rows.second_hat
     (g1, g2), (h11, h12, h22) = grad, hess
 
     def quad(du, dv):
@@ -164,10 +193,24 @@ def check_two_predictor_pairs(step, a1: np.ndarray, a2: np.ndarray, f: Callable,
             taylor = taylor + 0.5 * (quad(u_new, v_new) - quad(u, v))
         return exact - taylor, exact
 
-    worst = worst_bound_ratio(remainders, consts, dim, r, order, sharp=False, seed=2)
+    worst = worst_bound_ratio(remainders, consts, step.likelihood.dim, step.region_radius, order,
+                              sharp=False, seed=2)
     assert worst <= 1.0, f"bound violated: max |ξ|/(c M) = {worst}"
     assert worst > 1e-3  # the pairs reach where the bound matters
     return worst
+
+
+def check_two_predictor_family(data_family: str, pair_check: Callable, **posterior):
+    """One build of the family's step (compiling it is most of the time), then every check on
+    it: two predictors and a region, ``pair_check(X, y, step, order)`` on the pair-test rows
+    for both orders, and :func:`check_posterior` (``posterior`` its keywords). Returns the step.
+    """
+    X, y, model, step = build(data_family)
+    assert not step.sharp_angles and math.isfinite(step.region_radius)
+    for order in (1, 2):
+        pair_check(X[PAIR_ROWS], y[PAIR_ROWS].astype(float), step, order)
+    check_posterior(model, step, data_family, **posterior)
+    return step
 
 
 def worst_on_random_boxes(row: Callable, draw_case: Callable, cases: int, seed: int) -> float:

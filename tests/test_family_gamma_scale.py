@@ -26,10 +26,9 @@ from pymc_subsample.bounds.gamma import (
     gamma_scale_suprema,
 )
 from tests.family_checks import (
-    PAIR_ROWS,
-    build,
-    check_posterior,
+    check_two_predictor_family,
     check_two_predictor_pairs,
+    two_predictors,
     worst_on_random_boxes,
 )
 
@@ -65,12 +64,8 @@ def test_suprema_bound_the_mixed_partials_on_random_boxes(order):
 
 
 def _check_bound_on_random_pairs(X, y, step, order):
-    X, y = X[PAIR_ROWS], y[PAIR_ROWS]
-    frame, dim = step.frame, step.likelihood.dim
-    a_eta = np.hstack([X, np.zeros((len(y), 1))])  # θ = (b, log α)
-    a_lam = np.zeros(dim)
-    a_lam[-1] = 1.0
-    eta_hat, lam_hat = a_eta @ frame.theta_hat, frame.theta_hat[-1]
+    rows = two_predictors(X, step)  # θ = (b, log α)
+    eta_hat, lam_hat = rows.first_hat, rows.second_hat
 
     def f(eta, lam):
         alpha = np.exp(lam)
@@ -92,19 +87,13 @@ def _check_bound_on_random_pairs(X, y, step, order):
     fd = (f(eta_hat[:, None], lam_hat + eps) - 2 * f(eta_hat[:, None], lam_hat)
           + f(eta_hat[:, None], lam_hat - eps)) / eps**2
     np.testing.assert_allclose(h_ll, fd, rtol=1e-3, atol=1e-3)
-    consts = gamma_scale_row_constants(
-        order, np.linalg.norm(frame.whiten_rows(a_eta), axis=1),
-        np.full(len(y), np.linalg.norm(frame.whiten_rows(a_lam[None, :])[0])), y, eta_hat,
-        np.full(len(y), lam_hat), step.region_radius)
-    check_two_predictor_pairs(step, a_eta, a_lam, f, (g_eta, g_lam), (h_ee, h_el, h_ll),
-                              consts, order)
+    consts = gamma_scale_row_constants(order, rows.s_first, rows.s_second, y, eta_hat,
+                                       np.full(len(y), lam_hat), step.region_radius)
+    check_two_predictor_pairs(step, rows, f, (g_eta, g_lam), (h_ee, h_el, h_ll), consts, order)
 
 
 @pytest.mark.slow
 def test_mhss_on_gamma_rows_with_a_sampled_shape():
     """One build, then the bound on 10⁴ pairs per order and the posterior against NUTS."""
-    X, y, model, step = build("gamma_log_scale")
-    assert not step.sharp_angles and math.isfinite(step.region_radius)
-    for order in (1, 2):
-        _check_bound_on_random_pairs(X, y, step, order)
-    check_posterior(model, step, "gamma_log_scale", others=("alpha",), max_rows=None)
+    check_two_predictor_family("gamma_log_scale", _check_bound_on_random_pairs,
+                               others=("alpha",), max_rows=None)

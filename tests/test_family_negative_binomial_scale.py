@@ -22,10 +22,9 @@ from pymc_subsample.bounds.negative_binomial import (
     scale_suprema,
 )
 from tests.family_checks import (
-    PAIR_ROWS,
-    build,
-    check_posterior,
+    check_two_predictor_family,
     check_two_predictor_pairs,
+    two_predictors,
     worst_on_random_boxes,
 )
 
@@ -52,13 +51,8 @@ def test_suprema_bound_the_mixed_partials_on_random_boxes(order):
 
 
 def _check_bound_on_random_pairs(X, y, step, order):
-    X, y = X[PAIR_ROWS], y[PAIR_ROWS].astype(float)
-    frame, dim = step.frame, step.likelihood.dim
-    # θ = (b, log α): t = Xb − log α, λ = log α
-    a_t = np.hstack([X, -np.ones((len(y), 1))])
-    a_l = np.zeros(dim)
-    a_l[-1] = 1.0
-    t_hat, l_hat = a_t @ frame.theta_hat, frame.theta_hat[-1]
+    rows = two_predictors(X, step, last_in_first=-1.0)  # θ = (b, log α): t = Xb − log α, log α
+    t_hat, l_hat = rows.first_hat, rows.second_hat
 
     def f(t, lam):
         return stats.nbinom.logpmf(y[:, None], np.exp(lam), expit(-t))  # p = α/(α+μ) = σ(−t)
@@ -79,19 +73,14 @@ def _check_bound_on_random_pairs(X, y, step, order):
     fd = (f(t_hat[:, None], l_hat + eps) - 2 * f(t_hat[:, None], l_hat)
           + f(t_hat[:, None], l_hat - eps)) / eps**2
     np.testing.assert_allclose(h_ll, fd, rtol=1e-3, atol=1e-3)
-    consts = negative_binomial_scale_row_constants(
-        order, np.linalg.norm(frame.whiten_rows(a_t), axis=1),
-        np.full(len(y), np.linalg.norm(frame.whiten_rows(a_l[None, :])[0])), y, t_hat,
-        np.full(len(y), l_hat), step.region_radius)
-    check_two_predictor_pairs(step, a_t, a_l, f, (g_t, g_l), (h_tt, h_tl, h_ll), consts, order)
+    consts = negative_binomial_scale_row_constants(order, rows.s_first, rows.s_second, y, t_hat,
+                                                   np.full(len(y), l_hat), step.region_radius)
+    check_two_predictor_pairs(step, rows, f, (g_t, g_l), (h_tt, h_tl, h_ll), consts, order)
 
 
 @pytest.mark.slow
 def test_mhss_on_negative_binomial_rows_with_a_sampled_dispersion():
     """One build, then the bound on 10⁴ pairs per order and the posterior against NUTS."""
-    X, y, model, step = build("negative_binomial_scale")
-    assert not step.sharp_angles and math.isfinite(step.region_radius)
-    for order in (1, 2):
-        _check_bound_on_random_pairs(X, y, step, order)
     # the crude bounds in the dispersion's direction read tens of rows at this N
-    check_posterior(model, step, "negative_binomial_scale", others=("alpha",), max_rows=None)
+    check_two_predictor_family("negative_binomial_scale", _check_bound_on_random_pairs,
+                               others=("alpha",), max_rows=None)

@@ -21,7 +21,11 @@ import pymc_subsample as pms
 from pymc_subsample.bounds.student_t import SCALE_SUPREMA, student_t_scale_row_constants
 from pymc_subsample.datasets import STUDENT_NU as NU
 from pymc_subsample.errors import SubsamplingModelError
-from tests.family_checks import PAIR_ROWS, build, check_posterior, check_two_predictor_pairs
+from tests.family_checks import (
+    check_two_predictor_family,
+    check_two_predictor_pairs,
+    two_predictors,
+)
 
 
 def _row_mp(y):
@@ -58,12 +62,8 @@ def test_sampled_nu_beside_a_sampled_sigma_is_refused():
 
 
 def _check_bound_on_random_pairs(X, y, step, order):
-    X, y = X[PAIR_ROWS], y[PAIR_ROWS]
-    frame, dim = step.frame, step.likelihood.dim
-    a_mu = np.hstack([X, np.zeros((len(y), 1))])  # θ = (b, log σ)
-    a_ls = np.zeros(dim)
-    a_ls[-1] = 1.0
-    mu_hat, ls_hat = a_mu @ frame.theta_hat, frame.theta_hat[-1]
+    rows = two_predictors(X, step)  # θ = (b, log σ)
+    mu_hat, ls_hat = rows.first_hat, rows.second_hat
 
     def f(mu, ls):
         return stats.t.logpdf(y[:, None], NU, loc=mu, scale=np.exp(ls))
@@ -81,20 +81,14 @@ def _check_bound_on_random_pairs(X, y, step, order):
     np.testing.assert_allclose(g_mu, fd, rtol=1e-5, atol=1e-6)
     fd = (f(mu_hat[:, None], ls_hat + eps) - f(mu_hat[:, None], ls_hat - eps)) / (2 * eps)
     np.testing.assert_allclose(g_ls, fd, rtol=1e-5, atol=1e-6)
-    consts = student_t_scale_row_constants(
-        order, np.linalg.norm(frame.whiten_rows(a_mu), axis=1),
-        np.full(len(y), np.linalg.norm(frame.whiten_rows(a_ls[None, :])[0])),
-        np.full(len(y), ls_hat), step.region_radius, NU)
-    check_two_predictor_pairs(step, a_mu, a_ls, f, (g_mu, g_ls), (h_mm, h_ml, h_ll), consts,
-                              order)
+    consts = student_t_scale_row_constants(order, rows.s_first, rows.s_second,
+                                           np.full(len(y), ls_hat), step.region_radius, NU)
+    check_two_predictor_pairs(step, rows, f, (g_mu, g_ls), (h_mm, h_ml, h_ll), consts, order)
 
 
 @pytest.mark.slow
 def test_mhss_on_student_t_rows_with_a_sampled_sigma():
     """One build, then the bound on 10⁴ pairs per order and the posterior against NUTS."""
-    X, y, model, step = build("student_t_scale")
-    assert not step.sharp_angles and math.isfinite(step.region_radius)
-    for order in (1, 2):
-        _check_bound_on_random_pairs(X, y, step, order)
     # two predictors and no angle factors: more rows than a one-predictor family at this N
-    check_posterior(model, step, "student_t_scale", others=("sigma",), max_rows=20)
+    check_two_predictor_family("student_t_scale", _check_bound_on_random_pairs,
+                               others=("sigma",), max_rows=20)
