@@ -168,6 +168,19 @@ def two_predictors(X: np.ndarray, step, last_in_first: float = 0.0) -> TwoPredic
                          np.full(len(X), np.linalg.norm(xt_second)))
 
 
+def check_written_derivatives(f: Callable, rows: TwoPredictors, grad: tuple,
+                              h22: np.ndarray | None = None) -> None:
+    """A test file's gradient ``(g1, g2)`` at θ̂ (and ``∂²f/∂p2²`` when given) against central
+    differences of its own ``f(p1, p2)``."""
+    p1, p2, eps = rows.first_hat[:, None], rows.second_hat, 1e-5
+    for g, (d1, d2) in zip(grad, ((eps, 0.0), (0.0, eps)), strict=True):
+        fd = (f(p1 + d1, p2 + d2) - f(p1 - d1, p2 - d2)) / (2 * eps)
+        np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6)
+    if h22 is not None:
+        fd = (f(p1, p2 + eps) - 2 * f(p1, p2) + f(p1, p2 - eps)) / eps**2
+        np.testing.assert_allclose(h22, fd, rtol=1e-3, atol=1e-3)
+
+
 def check_two_predictor_pairs(step, rows: TwoPredictors, f: Callable, grad: tuple, hess: tuple,
                               consts: np.ndarray, order: int) -> float:
     """The bound of a two-predictor row on 10⁴ pairs in the ball, 2000 random rows.

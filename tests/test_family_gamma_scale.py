@@ -28,6 +28,7 @@ from pymc_subsample.bounds.gamma import (
 from tests.family_checks import (
     check_two_predictor_family,
     check_two_predictor_pairs,
+    check_written_derivatives,
     two_predictors,
     worst_on_random_boxes,
 )
@@ -80,13 +81,7 @@ def _check_bound_on_random_pairs(X, y, step, order):
     h_el = g_eta
     h_ll = (alpha * (np.log(w) + lam_hat + 2.0 - w - digamma(alpha)
                      - alpha * polygamma(1, alpha)))[:, None]
-    eps = 1e-5
-    for g, (de, dl) in ((g_eta, (eps, 0.0)), (g_lam, (0.0, eps))):
-        fd = (f(eta_hat[:, None] + de, lam_hat + dl) - f(eta_hat[:, None] - de, lam_hat - dl))
-        np.testing.assert_allclose(g, fd / (2 * eps), rtol=1e-5, atol=1e-6)
-    fd = (f(eta_hat[:, None], lam_hat + eps) - 2 * f(eta_hat[:, None], lam_hat)
-          + f(eta_hat[:, None], lam_hat - eps)) / eps**2
-    np.testing.assert_allclose(h_ll, fd, rtol=1e-3, atol=1e-3)
+    check_written_derivatives(f, rows, (g_eta, g_lam), h_ll)
     consts = gamma_scale_row_constants(order, rows.s_first, rows.s_second, y, eta_hat,
                                        np.full(len(y), lam_hat), step.region_radius)
     check_two_predictor_pairs(step, rows, f, (g_eta, g_lam), (h_ee, h_el, h_ll), consts, order)

@@ -24,6 +24,7 @@ from pymc_subsample.bounds.negative_binomial import (
 from tests.family_checks import (
     check_two_predictor_family,
     check_two_predictor_pairs,
+    check_written_derivatives,
     two_predictors,
     worst_on_random_boxes,
 )
@@ -66,13 +67,7 @@ def _check_bound_on_random_pairs(X, y, step, order):
     h_tt = (-(y + alpha) * s * (1 - s))[:, None]
     h_tl = (-alpha * s)[:, None]
     h_ll = g_l + (alpha**2 * (polygamma(1, y + alpha) - polygamma(1, alpha)))[:, None]
-    eps = 1e-5
-    for g, (dt, dl) in ((g_t, (eps, 0.0)), (g_l, (0.0, eps))):
-        fd = (f(t_hat[:, None] + dt, l_hat + dl) - f(t_hat[:, None] - dt, l_hat - dl)) / (2 * eps)
-        np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6)
-    fd = (f(t_hat[:, None], l_hat + eps) - 2 * f(t_hat[:, None], l_hat)
-          + f(t_hat[:, None], l_hat - eps)) / eps**2
-    np.testing.assert_allclose(h_ll, fd, rtol=1e-3, atol=1e-3)
+    check_written_derivatives(f, rows, (g_t, g_l), h_ll)
     consts = negative_binomial_scale_row_constants(order, rows.s_first, rows.s_second, y, t_hat,
                                                    np.full(len(y), l_hat), step.region_radius)
     check_two_predictor_pairs(step, rows, f, (g_t, g_l), (h_tt, h_tl, h_ll), consts, order)
