@@ -12,6 +12,7 @@
 from pymc_subsample.compare import Comparison, compare
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.sources import Data
 from pymc_subsample.steps import (
     MHSS,
     AusterityMH,
@@ -25,6 +26,7 @@ __all__ = [
     "AusterityMH",
     "BarkerMinibatch",
     "Comparison",
+    "Data",
     "SubsampledLikelihood",
     "SubsamplingModelError",
     "SubsamplingStep",

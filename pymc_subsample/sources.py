@@ -1,0 +1,336 @@
+"""Row sources: data that the steps read a few rows at a time, from memory, disk or Dask.
+
+:func:`Data` is a drop-in for :func:`pymc.Data` for tall data. It accepts
+
+- a NumPy array (kept as it is, never copied);
+- a memory-mapped ``.npy`` (``np.load(path, mmap_mode="r")``) or the path of one: the
+  operating system pages rows in as they are read, and a process sampling another chain opens
+  the file again instead of receiving a copy;
+- a Zarr array (``zarr.open_array(path)``): read chunk by chunk;
+- a Dask array: read block by block (``dask.compute``).
+
+Every source answers one question, :meth:`RowSource.take` (the rows ``idx`` as a NumPy array,
+gathered in sorted order so that each file page or chunk is read once), and yields
+consecutive row blocks for the full-data passes (:meth:`RowSource.blocks`). The likelihood
+layer (:mod:`pymc_subsample.likelihood`) gathers the rows of every ``Data`` container outside
+the compiled PyTensor functions and hands them over as inputs, so the same rows give the same
+numbers whatever the source.
+
+The model's own graph holds, for NumPy and memory-mapped sources, the array itself (so the
+model also runs under NUTS and ``compare()``), and for Zarr and Dask sources a stand-in of
+the right shape that is all NaN (floats) or the smallest integer (integers) and takes no
+memory: PyMC's NUTS on such a model fails at its first log-density evaluation instead of
+sampling a wrong posterior.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.tensor.sharedvar import TensorSharedVariable
+from pytensor.tensor.type import TensorType
+
+__all__ = ["Data", "RowSource", "as_row_source", "row_source_of"]
+
+#: Rows per block of a full-data pass over a source (bounds the memory of a pass).
+BLOCK_ROWS = 65_536
+
+
+def _require(module: str):
+    """Import an optional dependency or say which extra installs it."""
+    try:
+        return __import__(module)
+    except ImportError as err:
+        raise ImportError(
+            f"Reading Zarr and Dask arrays needs the optional '{module}' package: "
+            'pip install "pymc-subsample[dask]"'
+        ) from err
+
+
+class RowSource:
+    """Rows of one data array, read on demand.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The array's shape; rows run along the first axis.
+    dtype : numpy.dtype
+    in_memory : bool
+        Whether the array's values are a NumPy array (in RAM or memory-mapped) that PyTensor
+        can hold; otherwise the model's graph holds a stand-in.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    in_memory: bool = True
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.shape[0])
+
+    def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
+        """The rows ``rows`` (sorted, unique int64) as a NumPy array."""
+        raise NotImplementedError
+
+    def _slice(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` as a NumPy array."""
+        return self._take_sorted(np.arange(start, stop, dtype=np.int64))
+
+    def take(self, idx: np.ndarray) -> np.ndarray:
+        """The rows ``idx`` (any order, repeats allowed), one read of each distinct row.
+
+        Cost O(len(idx) log len(idx)) plus the reads; never O(N).
+        """
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size == 0:  # most MHSS iterations read no row at all
+            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
+        if idx[0] >= 0 and np.all(idx[1:] == idx[:-1] + 1):
+            return self._slice(int(idx[0]), int(idx[-1]) + 1)  # a block of a full pass
+        rows, where = np.unique(idx, return_inverse=True)
+        return self._take_sorted(rows)[where.reshape(idx.shape)]
+
+    def blocks(self, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start, rows start:start + block_rows)`` over all rows."""
+        for start in range(0, self.n_rows, block_rows):
+            yield start, self._slice(start, min(start + block_rows, self.n_rows))
+
+    def all_finite(self) -> bool:
+        """Whether every entry is finite (integers always are), read block by block."""
+        if self.dtype.kind not in "fc":
+            return True
+        return all(bool(np.isfinite(block).all()) for _, block in self.blocks())
+
+    def graph_value(self) -> np.ndarray:
+        """What the model's PyTensor graph holds: the array, or a stand-in of no memory."""
+        if self.dtype.kind in "fc":
+            fill = np.array(np.nan, dtype=self.dtype)
+        elif self.dtype.kind in "iu":
+            fill = np.array(np.iinfo(self.dtype).min, dtype=self.dtype)
+        else:
+            fill = np.zeros((), dtype=self.dtype)
+        return np.broadcast_to(fill, self.shape)
+
+    def user_value(self) -> Any:
+        """What ``get_value()`` of the data container returns (ArviZ's constant_data)."""
+        return self.graph_value()
+
+
+class ArraySource(RowSource):
+    """A NumPy array, in memory or memory-mapped, never copied.
+
+    A memory-mapped array pickles as its file's path (PyMC sends the step to each worker
+    process with ``cores > 1``), so no process receives a copy of the rows.
+    """
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self.shape, self.dtype = tuple(array.shape), array.dtype
+        self.path = getattr(array, "filename", None) if isinstance(array, np.memmap) else None
+
+    def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
+        return self.array[rows]
+
+    def _slice(self, start: int, stop: int) -> np.ndarray:
+        return np.asarray(self.array[start:stop])
+
+    def graph_value(self) -> np.ndarray:
+        return np.asarray(self.array)
+
+    def user_value(self) -> np.ndarray:
+        return np.asarray(self.array)
+
+    def __reduce__(self):
+        if self.path is not None:
+            return (_open_npy, (os.fspath(self.path),))
+        return (ArraySource, (np.asarray(self.array),))
+
+
+def _open_npy(path: str) -> ArraySource:
+    return ArraySource(np.load(path, mmap_mode="r"))
+
+
+class ZarrSource(RowSource):
+    """A Zarr array read by orthogonal selection (each chunk holding asked rows read once)."""
+
+    in_memory = False
+
+    def __init__(self, array) -> None:
+        self.array = array
+        self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
+
+    def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.array.get_orthogonal_selection((rows,)))
+
+    def _slice(self, start: int, stop: int) -> np.ndarray:
+        return np.asarray(self.array[start:stop])
+
+    def user_value(self):
+        return _require("dask.array").array.from_zarr(self.array)
+
+
+class DaskSource(RowSource):
+    """A Dask array, computed block by block with the active scheduler."""
+
+    in_memory = False
+
+    def __init__(self, array) -> None:
+        self.array = array
+        self.shape, self.dtype = tuple(int(n) for n in array.shape), np.dtype(array.dtype)
+
+    def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.array[rows].compute())
+
+    def _slice(self, start: int, stop: int) -> np.ndarray:
+        return np.asarray(self.array[start:stop].compute())
+
+    def user_value(self):
+        return self.array
+
+
+def as_row_source(value) -> RowSource:
+    """The :class:`RowSource` of a NumPy array, ``.npy`` path, Zarr array or Dask array."""
+    if isinstance(value, RowSource):
+        return value
+    if isinstance(value, str | os.PathLike):
+        if os.fspath(value).endswith(".npy"):
+            return ArraySource(np.load(value, mmap_mode="r"))
+        zarr = _require("zarr")
+        return ZarrSource(zarr.open_array(value, mode="r"))
+    module = type(value).__module__.split(".")[0]
+    if module == "dask":
+        return DaskSource(value)
+    if module == "zarr":
+        return ZarrSource(value)
+    if isinstance(value, np.ndarray) and not isinstance(value, np.ma.MaskedArray):
+        return ArraySource(value)
+    if isinstance(value, list | tuple):
+        return ArraySource(np.asarray(value))
+    raise TypeError(
+        f"pms.Data takes a NumPy array, a memory-mapped .npy (or its path), a Zarr array or a "
+        f"Dask array; got {type(value).__name__}. Convert it with np.asarray, or write it to a "
+        "Zarr store (docs: Tall data from disk)."
+    )
+
+
+class _RowArray(np.ndarray):
+    """The value a :func:`Data` container holds: the source's array, tied to its source.
+
+    It does not copy on ``copy.deepcopy`` (PyMC's ``get_value()`` for ArviZ's constant data)
+    and pickles as its source (a memory-mapped file as its path). Anything computed from it is
+    a plain ndarray.
+    """
+
+    _source: RowSource | None = None
+
+    def __array_finalize__(self, obj) -> None:
+        self._source = None  # a view or slice is not the whole source
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        arr = np.asarray(arr).view(np.ndarray)
+        return arr[()] if return_scalar else arr
+
+    def __deepcopy__(self, memo):
+        return self if self._source is not None else np.array(self)
+
+    def __reduce__(self):
+        if self._source is None:
+            return np.asarray(self).view(np.ndarray).__reduce__()
+        return (_row_array, (self._source,))
+
+
+def _row_array(source: RowSource) -> _RowArray:
+    out = source.graph_value().view(_RowArray)
+    out._source = source
+    return out
+
+
+class RowDataVariable(TensorSharedVariable):
+    """The shared variable of a :func:`Data` container.
+
+    ``get_value()`` (what PyMC stores as the InferenceData's constant and observed data)
+    returns the data without copying them: the NumPy or memory-mapped array, or for Zarr and
+    Dask sources a Dask array (lazy), never the stand-in the graph holds.
+    """
+
+    def get_value(self, borrow: bool = False, return_internal_type: bool = False):
+        value = self.container.storage[0]
+        if isinstance(value, _RowArray) and value._source is not None and not borrow:
+            return value._source.user_value()
+        return super().get_value(borrow=borrow, return_internal_type=return_internal_type)
+
+
+def row_source_of(var) -> RowSource | None:
+    """The :class:`RowSource` behind a data container made by :func:`Data`, else None."""
+    if not isinstance(var, SharedVariable):
+        return None
+    value = var.container.storage[0]
+    return value._source if isinstance(value, _RowArray) else None
+
+
+def Data(name: str, value, dims=None, model: pm.Model | None = None) -> SharedVariable:
+    """A data container for tall data, read a few rows at a time (drop-in for ``pm.Data``).
+
+    Parameters
+    ----------
+    name : str
+        Name of the container in the model.
+    value : array_like, str or path
+        A NumPy array, a memory-mapped ``.npy`` or its path, a Zarr array (or the path of a
+        Zarr store), or a Dask array. Rows run along the first axis. It is never loaded whole
+        nor copied.
+    dims : str or sequence of str, optional
+        Names of its axes, added to the model's coordinates (lengths only) so that the
+        model's variables can use them.
+    model : pymc.Model, optional
+        The model (default: the one in context).
+
+    Returns
+    -------
+    SharedVariable
+        A PyTensor shared variable usable wherever ``pm.Data`` is (``observed=`` included).
+
+    Notes
+    -----
+    The container is not stored in the InferenceData's ``constant_data`` (PyMC would add an
+    index coordinate of N integers for each of its axes), and ``pm.set_data`` does not reach
+    it: build a new model for new data. Used as ``observed=``, it is in ``observed_data``
+    like any observation (with an N-long index; store it in the distribution's own dtype,
+    int64 for counts and 0/1 outcomes, or PyMC copies it to cast it). NaN and infinite
+    entries are refused when a subsampling step is built (checked block by block). Models on
+    NumPy and memory-mapped sources also run under NUTS; on Zarr and Dask sources only the
+    subsampling steps can read the rows (NUTS fails at its first evaluation, never silently).
+    """
+    model = pm.modelcontext(model)
+    source = as_row_source(value)
+    if len(source.shape) == 0:
+        raise ValueError(f"pms.Data '{name}' is a scalar; tall data need a row axis")
+    ndim = len(source.shape)
+    # built on an empty array, then given the tied value: PyTensor's filter would make a
+    # plain ndarray of it (and materialise a stand-in)
+    var = RowDataVariable(
+        type=TensorType(dtype=str(source.dtype), shape=(None,) * ndim),
+        value=np.zeros((0,) * ndim, dtype=source.dtype),
+        strict=False,
+        name=model.name_for(name),
+    )
+    var.container.storage[0] = _row_array(source)
+    static = source.shape
+    if isinstance(dims, str):
+        dims = (dims,)
+    if dims is not None:
+        if len(dims) != len(static):
+            raise ValueError(
+                f"pms.Data '{name}' has {len(static)} axes but dims {tuple(dims)} name "
+                f"{len(dims)}"
+            )
+        for axis, dim in enumerate(dims):
+            if dim is not None and dim not in model.dim_lengths:
+                model.add_coord(dim, length=static[axis])
+    # not one of the model's data_vars: PyMC would store it in the InferenceData's
+    # constant_data with an index coordinate of N integers per axis
+    return var

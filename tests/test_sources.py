@@ -1,0 +1,196 @@
+"""pms.Data: tall data from memory, a .npy memmap, Zarr or Dask, read a few rows at a time."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import cloudpickle
+import numpy as np
+import pymc as pm
+import pytest
+from pytensor.graph.traversal import ancestors
+
+import pymc_subsample as pms
+from pymc_subsample.datasets import glm_data, glm_model, write_glm_npy
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.sources import as_row_source, row_source_of
+
+N, D = 6000, 4
+SAMPLE = {"progressbar": False, "compute_convergence_checks": False}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Logistic data written block by block to X.npy, y.npy, and copied to Zarr stores."""
+    folder = tmp_path_factory.mktemp("tall")
+    x_path, y_path = write_glm_npy(folder, N, D, "logistic", seed=3, block_rows=2500)
+    out = {"X.npy": x_path, "y.npy": y_path}
+    try:
+        import zarr
+    except ImportError:
+        return out
+    for name, path in (("X", x_path), ("y", y_path)):
+        arr = np.load(path)
+        store = zarr.open_array(folder / f"{name}.zarr", mode="w", shape=arr.shape,
+                                dtype=arr.dtype, chunks=(1000, *arr.shape[1:]))
+        store[:] = arr
+        out[f"{name}.zarr"] = folder / f"{name}.zarr"
+    return out
+
+
+def _arrays(kind: str, files):
+    if kind == "numpy":
+        return np.load(files["X.npy"]), np.load(files["y.npy"])
+    if kind == "npy":
+        return files["X.npy"], files["y.npy"]
+    if kind == "zarr":
+        zarr = pytest.importorskip("zarr")
+        return (zarr.open_array(files["X.zarr"], mode="r"),
+                zarr.open_array(files["y.zarr"], mode="r"))
+    da = pytest.importorskip("dask.array")
+    return (da.from_array(np.load(files["X.npy"]), chunks=(1500, D)),
+            da.from_array(np.load(files["y.npy"]), chunks=1500))
+
+
+def _containers(model) -> dict:
+    """The pms.Data containers in a model's graph, by name."""
+    return {v.name: v for v in ancestors(model.observed_RVs) if row_source_of(v) is not None}
+
+
+def _mhss_draws(model, **kwargs):
+    with model:
+        idata = pm.sample(150, tune=150, chains=2, step=pms.MHSS(), random_seed=5,
+                          **{"cores": 1, **SAMPLE, **kwargs})
+    return idata
+
+
+def test_write_glm_npy_is_blockwise_and_seeded(files, tmp_path):
+    X, y = np.load(files["X.npy"]), np.load(files["y.npy"])
+    assert X.shape == (N, D) and y.shape == (N,) and y.dtype == np.int64
+    assert np.all(X[:, 0] == 1.0) and set(np.unique(y)) == {0, 1}
+    again = write_glm_npy(tmp_path, N, D, "logistic", seed=3, block_rows=2500)
+    np.testing.assert_array_equal(np.load(again[0]), X)
+    # the blocks differ from one another (each has its own generator)
+    assert not np.array_equal(X[:2500], X[2500:5000])
+
+
+@pytest.mark.parametrize("kind", ["numpy", "npy", "zarr", "dask"])
+def test_take_reads_any_rows(kind, files):
+    X, _ = _arrays(kind, files)
+    source = as_row_source(X)
+    ref = np.load(files["X.npy"])
+    rng = np.random.default_rng(0)
+    for idx in (rng.integers(0, N, 50), np.arange(100, 300), np.array([7, 7, 3]),
+                np.empty(0, dtype=np.int64)):
+        np.testing.assert_array_equal(source.take(idx), ref[idx])
+    blocks = list(source.blocks(block_rows=2048))
+    assert [start for start, _ in blocks] == [0, 2048, 4096]
+    np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), ref)
+
+
+@pytest.mark.slow
+def test_same_seed_same_draws_from_every_source(files):
+    """The done-when of issue 12 at a smaller N: NumPy, memmap, Zarr and Dask agree exactly."""
+    draws = {}
+    for kind in ("numpy", "npy", "zarr", "dask"):
+        X, y = _arrays(kind, files)
+        draws[kind] = _mhss_draws(glm_model(X, y, "logistic", tall=True)).posterior["b"].values
+    for kind, values in draws.items():
+        np.testing.assert_array_equal(values, draws["numpy"], err_msg=kind)
+    # and the same chains as the model on pm.Data (rows indexed inside the graph)
+    X, y = np.load(files["X.npy"]), np.load(files["y.npy"])
+    plain = _mhss_draws(glm_model(X, y, "logistic")).posterior["b"].values
+    np.testing.assert_allclose(plain, draws["numpy"], rtol=0, atol=1e-9)
+
+
+def test_in_memory_data_are_not_copied_and_run_under_nuts(files):
+    X, y = np.load(files["X.npy"]), np.load(files["y.npy"])
+    model = glm_model(X, y, "logistic", tall=True)
+    containers = _containers(model)
+    assert set(containers) == {"X", "y_data"}
+    assert np.shares_memory(containers["X"].get_value(), X)
+    assert np.shares_memory(containers["y_data"].get_value(), y)
+    assert row_source_of(containers["X"]).shape == (N, D)
+    # the model's own graph holds the data: NUTS and compare() see the same posterior
+    plain = glm_model(X, y, "logistic")
+    point = model.initial_point()
+    point["b"] = np.full(D, 0.1)
+    assert model.compile_logp()(point) == pytest.approx(plain.compile_logp()(point), rel=1e-12)
+
+
+def test_memmap_pickles_as_its_path(files):
+    model = glm_model(files["X.npy"], files["y.npy"], "logistic", tall=True)
+    data_bytes = np.load(files["X.npy"], mmap_mode="r").nbytes
+    # what PyMC sends to each worker process with cores > 1: the model, not the rows
+    assert len(cloudpickle.dumps(model)) < data_bytes / 4
+    clone = _containers(pickle.loads(cloudpickle.dumps(model)))["X"]
+    assert isinstance(row_source_of(clone).array, np.memmap)
+    np.testing.assert_array_equal(clone.get_value(), np.load(files["X.npy"]))
+
+
+@pytest.mark.slow
+def test_cores_2_gives_the_draws_of_cores_1(files):
+    model = glm_model(files["X.npy"], files["y.npy"], "logistic", tall=True)
+    one = _mhss_draws(model).posterior["b"].values
+    two = _mhss_draws(model, cores=2).posterior["b"].values
+    np.testing.assert_array_equal(one, two)
+
+
+def test_lazy_sources_fail_loudly_outside_the_steps(files):
+    pytest.importorskip("dask")
+    X, y = _arrays("dask", files)
+    model = glm_model(X, y, "logistic", tall=True)
+    # the graph holds a stand-in (NaN covariates, outcomes at the smallest integer): no
+    # finite log density, so PyMC's NUTS stops at its start check, never samples a posterior
+    assert not np.isfinite(model.compile_logp()(model.initial_point()))
+    # and the InferenceData's observed data stay lazy Dask arrays, not the stand-in
+    assert type(_containers(model)["X"].get_value()).__module__.startswith("dask")
+
+
+def test_nan_rows_are_refused_naming_the_data(tmp_path):
+    X, y = glm_data(3000, 3, seed=1)
+    X[1234, 2] = np.nan
+    np.save(tmp_path / "X.npy", X)
+    model = glm_model(tmp_path / "X.npy", y, "logistic", tall=True)
+    with model, pytest.raises(SubsamplingModelError, match=r"'X'.*NaN"):
+        pms.MHSS()
+
+
+def test_coupled_rows_are_refused():
+    X, y = glm_data(3000, 3, "gaussian", seed=1)
+    with pm.Model():
+        Xd = pms.Data("X", X)
+        b = pm.Normal("b", 0, 5, shape=3)
+        eta = Xd @ b
+        pm.Normal("y", mu=eta - eta.mean(), sigma=1.0, observed=pms.Data("y_data", y))
+        with pytest.raises(SubsamplingModelError, match="couples its rows"):
+            pms.MHSS()
+
+
+def test_data_expressions_must_be_row_wise():
+    X, y = glm_data(3000, 3, seed=1)
+    with pm.Model():
+        Xd = pms.Data("X", X)
+        b = pm.Normal("b", 0, 5, shape=3)
+        centred = Xd - Xd.mean(axis=0)
+        pm.Bernoulli("y", logit_p=centred @ b, observed=y)
+        with pytest.raises(SubsamplingModelError, match=r"pms.Data \['X'\].*combines rows"):
+            pms.MHSS()
+    with pm.Model():
+        Xd = pms.Data("X", X)
+        b = pm.Normal("b", 0, 5, shape=2)
+        pm.Bernoulli("y", logit_p=pm.math.tanh(Xd[:, 1:]) @ b, observed=y)
+        step = pms.MHSS()  # row-wise: read as it is, row by row
+        assert step.likelihood.gathered
+
+
+def test_bad_inputs_say_what_to_do(monkeypatch):
+    with pm.Model():
+        with pytest.raises(TypeError, match="NumPy array, a memory-mapped .npy"):
+            pms.Data("X", {"a": 1})
+        with pytest.raises(ValueError, match="dims"):
+            pms.Data("X", np.zeros((3, 2)), dims=("row",))
+    monkeypatch.setitem(sys.modules, "zarr", None)
+    with pytest.raises(ImportError, match=r"pymc-subsample\[dask\]"):
+        as_row_source("/nonexistent/store.zarr")
