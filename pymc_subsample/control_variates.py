@@ -113,8 +113,9 @@ class GenericPass:
         theta = np.asarray(theta, dtype=np.float64)
         full_data = idx_chunks is None
         s, gs, hs = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
-        for chunk in lik.row_chunks() if full_data else idx_chunks:
-            ci, gi, hi = self._chunk_sums(theta, chunk)
+        results = (lik.map_row_blocks(lambda chunk: self._chunk_sums(theta, chunk))
+                   if full_data else (self._chunk_sums(theta, chunk) for chunk in idx_chunks))
+        for ci, gi, hi in results:
             s, gs, hs = s + float(ci), gs + gi, hs + hi
         if full_data:
             self.n_passes += 1

@@ -45,6 +45,7 @@ from pymc_subsample.bounds import (
 )
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame
+from pymc_subsample.indexing import round_up_float32
 from pymc_subsample.likelihood import SubsampledLikelihood
 
 #: Outputs of the data pass per observed variable before the family's fixed parameters.
@@ -360,7 +361,8 @@ class GLMPass:
         theta = np.asarray(theta, dtype=np.float64)
         full_data = idx_chunks is None
         total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
-        consts = np.zeros(lik.n_rows) if order is not None else None
+        # float32 rounded up (4 bytes a row, still bounds): pymc_subsample.indexing
+        consts = np.zeros(lik.n_rows, dtype=np.float32) if order is not None else None
         # the family's f is compared with the model's likelihood on every row once: on the
         # subsample passes and the first full pass; f is a function of (η_i, y_i) alone, so
         # later passes only change η
@@ -368,23 +370,30 @@ class GLMPass:
         # one BLAS thread: the products are thin (chunk × d), and a threaded BLAS on a busy or
         # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
         # a Newton step that overshoots (a log link) may overflow: its -inf value is enough
-        with threadpool_limits(limits=1, user_api="blas"), np.errstate(over="ignore",
-                                                                        invalid="ignore"):
-            for chunk in lik.row_chunks() if full_data else idx_chunks:
-                s, pieces = self.rows(theta, chunk, check=check)
-                total += s
+        def block(chunk: np.ndarray):
+            s, pieces = self.rows(theta, chunk, check=check)
+            gb, hb, cb = 0.0, 0.0, 0.0
+            with np.errstate(over="ignore", invalid="ignore"):
                 for term, (x, f1, f2, y, eta, params) in zip(self.terms, pieces, strict=True):
-                    g += x.T @ f1
-                    h += x.T @ (f2[:, None] * x)
-                    if consts is not None:
-                        consts[chunk] += self._row_constants(term, order, x, y, eta, params,
-                                                             whiten_rows)
+                    gb = gb + x.T @ f1
+                    hb = hb + x.T @ (f2[:, None] * x)
+                    if order is not None:
+                        cb = cb + self._row_constants(term, order, x, y, eta, params,
+                                                      whiten_rows)
+            cb = round_up_float32(cb / lik.temperature) if order is not None else None
+            return s, gb, hb, cb
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            chunks = list(lik.row_chunks()) if full_data else list(idx_chunks)
+            results = lik.map_row_blocks(block) if full_data else [block(c) for c in chunks]
+        for chunk, (s, gb, hb, cb) in zip(chunks, results, strict=True):
+            total, g, h = total + s, g + gb, h + hb
+            if consts is not None:
+                consts[chunk] = cb
         if full_data:
             self.n_passes += 1
         # lik.terms is tempered already; f' and f'' come from the untempered family logp
         k = weight / lik.temperature
-        if consts is not None:
-            consts /= lik.temperature
         return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
 
 
@@ -606,24 +615,33 @@ class LocationScaleConstants:
         self.n_passes = 0
 
     def row_constants(self, theta_hat: np.ndarray, frame: LaplaceFrame, order: int) -> np.ndarray:
-        """``c_i`` for all N rows, divided by the temperature (one pass over the data)."""
+        """``c_i`` for all N rows, divided by the temperature (one pass over the data).
+
+        Stored as float32 rounded up (:func:`pymc_subsample.indexing.round_up_float32`).
+        """
         lik = self.lik
-        consts = np.zeros(lik.n_rows)
+        consts = np.zeros(lik.n_rows, dtype=np.float32)
+        def block(chunk: np.ndarray) -> np.ndarray:
+            out, start, n = self._fn(theta_hat, chunk), 0, len(chunk)
+            chunk_consts = 0.0
+            for term in self.terms:
+                width = 5 + len(term.params)
+                x_mu, x_ls, mu, log_sigma, y, *params = out[start : start + width]
+                start += width
+                s_mu = _row_norms(frame.whiten_rows(np.asarray(x_mu).reshape(n, -1)))
+                s_ls = _row_norms(frame.whiten_rows(
+                    np.broadcast_to(np.asarray(x_ls).reshape(-1, lik.dim), (n, lik.dim))))
+                chunk_consts = chunk_consts + term.family.row_constants(
+                    order, s_mu, s_ls, y, mu, log_sigma, self.region_radius, *params
+                )
+            return round_up_float32(chunk_consts / lik.temperature)
+
         with threadpool_limits(limits=1, user_api="blas"):
-            for chunk in lik.row_chunks():
-                out, start, n = self._fn(theta_hat, chunk), 0, len(chunk)
-                for term in self.terms:
-                    width = 5 + len(term.params)
-                    x_mu, x_ls, mu, log_sigma, y, *params = out[start : start + width]
-                    start += width
-                    s_mu = _row_norms(frame.whiten_rows(np.asarray(x_mu).reshape(n, -1)))
-                    s_ls = _row_norms(frame.whiten_rows(
-                        np.broadcast_to(np.asarray(x_ls).reshape(-1, lik.dim), (n, lik.dim))))
-                    consts[chunk] += term.family.row_constants(
-                        order, s_mu, s_ls, y, mu, log_sigma, self.region_radius, *params
-                    )
+            chunks = list(lik.row_chunks())
+            for chunk, cb in zip(chunks, lik.map_row_blocks(block), strict=True):
+                consts[chunk] = cb
         self.n_passes += 1
-        return consts / lik.temperature
+        return consts
 
 
 def _row_norms(rows: np.ndarray) -> np.ndarray:

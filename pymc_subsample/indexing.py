@@ -11,7 +11,29 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["WeightedIndexSampler", "WithoutReplacementSampler"]
+__all__ = ["WeightedIndexSampler", "WithoutReplacementSampler", "round_up_float32"]
+
+
+#: Rows per chunk when a weight table is built (bounds the temporaries, whatever N).
+_TABLE_CHUNK = 1 << 20
+
+
+def round_up_float32(values) -> np.ndarray:
+    """``values`` as float32, each rounded up to the next float32 when the cast rounded down.
+
+    MHSS row constants are upper bounds: stored in 4 bytes a row they stay bounds (a
+    relative increase of at most 2⁻²³), and the sampler and the thinning read the same stored
+    values, so the algorithm is exact for the stored ``c_i``. Values beyond float32's range
+    become ``inf`` (refused by :class:`WeightedIndexSampler`).
+    """
+    values = np.asarray(values)
+    if values.dtype == np.float32:
+        return values
+    out = values.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        low = out < values
+    out[low] = np.nextafter(out[low], np.float32(np.inf))
+    return out
 
 
 class WeightedIndexSampler:
@@ -19,37 +41,75 @@ class WeightedIndexSampler:
 
     MHSS needs i.i.d. indices with probability ``c_i / C`` for the proposals of Poisson
     thinning (Prado, Nemeth & Sherlock 2024, Sec. 2, step 2), a distribution that never
-    changes. The cumulative table is built once (O(N)); indices come from a pre-drawn stream
-    refilled in blocks of ``block_size`` by one vectorised binary search, so an iteration that
-    asks for a few indices costs a slice of the buffer. The stream is tied to the generator
-    object it was drawn from: a new generator (PyMC gives each chain its own) starts a new
-    stream, so results do not depend on how chains are spread over processes.
+    changes. The weights are held as float32 (:func:`round_up_float32`, 4 bytes a row;
+    :attr:`weights` are the values to use as ``c_i``) with a two-level table: the cumulative
+    sums of blocks of ``rows_per_block`` rows (N / 256 numbers), and within a drawn block the
+    cumulative sum of its rows, computed for the draws that land there. Indices come from a
+    pre-drawn stream refilled in blocks of ``block_size`` by one vectorised search, so an
+    iteration that asks for a few indices costs a slice of the buffer. The stream is tied to
+    the generator object it was drawn from: a new generator (PyMC gives each chain its own)
+    starts a new stream, so results do not depend on how chains are spread over processes.
 
     Parameters
     ----------
     weights : array_like, shape (N,)
-        Non-negative finite weights (the MHSS bound constants ``c_i``).
+        Non-negative finite weights (the MHSS bound constants ``c_i``); float32 weights are
+        used as they are (not copied).
     block_size : int
         Indices drawn per refill.
+    rows_per_block : int
+        Rows per block of the table.
     """
 
-    def __init__(self, weights: np.ndarray, block_size: int = 4096) -> None:
-        weights = np.asarray(weights, dtype=np.float64)
+    def __init__(self, weights, block_size: int = 4096, rows_per_block: int = 256) -> None:
+        weights = np.asarray(weights)
         if weights.ndim != 1 or weights.size == 0:
             raise ValueError("weights must be a non-empty 1-d array")
-        if not np.all(np.isfinite(weights)) or np.any(weights < 0):
-            raise ValueError("weights must be finite and non-negative")
-        self._cdf = np.cumsum(weights)
-        self.total = float(self._cdf[-1])
+        self.weights = round_up_float32(weights)
+        n, width = self.weights.size, int(rows_per_block)
+        n_blocks = -(-n // width)
+        block_sums = np.empty(n_blocks)
+        self._last_positive = np.empty(n_blocks, dtype=np.int64)
+        step = width * max(1, _TABLE_CHUNK // width)  # whole blocks per chunk
+        for start in range(0, n, step):
+            w = self.weights[start : start + step].astype(np.float64)
+            if not np.all(np.isfinite(w)) or np.any(w < 0):
+                raise ValueError("weights must be finite and non-negative")
+            first = start // width
+            padded = np.zeros(-(-w.size // width) * width)
+            padded[: w.size] = w
+            rows = padded.reshape(-1, width)
+            block_sums[first : first + rows.shape[0]] = rows.sum(axis=1)
+            # the last row of each block with a positive weight (a draw rounded past the
+            # block's end lands there, never on a zero-weight row)
+            positive = rows > 0
+            last = width - 1 - np.argmax(positive[:, ::-1], axis=1)
+            self._last_positive[first : first + rows.shape[0]] = np.where(
+                positive.any(axis=1), first * width + np.arange(rows.shape[0]) * width + last,
+                -1)
+        self._block_cdf = np.cumsum(block_sums)
+        self.total = float(self._block_cdf[-1])
+        self._width = width
         self.block_size = int(block_size)
         self._rng: np.random.Generator | None = None
         self._stream = np.empty(0, dtype=np.int64)
         self._pos = 0
 
     def _search(self, u: np.ndarray) -> np.ndarray:
-        # side="right" never lands on a zero-weight row: its cdf entry equals its predecessor's.
-        idx = np.searchsorted(self._cdf, u * self.total, side="right")
-        return np.minimum(idx, self._cdf.size - 1).astype(np.int64, copy=False)
+        target = u * self.total
+        # side="right" never lands on a zero-weight block or row: its cumulative sum equals
+        # its predecessor's
+        block = np.searchsorted(self._block_cdf, target, side="right")
+        block = np.minimum(block, self._block_cdf.size - 1)
+        block = np.where(self._last_positive[block] < 0,  # target rounded to the total
+                         np.flatnonzero(self._last_positive >= 0)[-1], block)
+        before = np.where(block > 0, self._block_cdf[np.maximum(block - 1, 0)], 0.0)
+        rows = block[:, None] * self._width + np.arange(self._width)
+        w = self.weights[np.minimum(rows, self.weights.size - 1)].astype(np.float64)
+        w[rows >= self.weights.size] = 0.0
+        within = np.sum(np.cumsum(w, axis=1) <= (target - before)[:, None], axis=1)
+        idx = block * self._width + within
+        return np.minimum(idx, self._last_positive[block]).astype(np.int64, copy=False)
 
     def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """Return ``size`` indices drawn i.i.d. with probability ``weights / total``."""

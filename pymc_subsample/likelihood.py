@@ -26,7 +26,10 @@ product along the row axis of a parameter-dependent quantity) is refused, never 
 
 from __future__ import annotations
 
+import threading
+import typing
 from collections.abc import Callable, Container, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NoReturn
@@ -57,6 +60,7 @@ from pytensor.tensor.sort import ArgSortOp, SortOp
 from pytensor.tensor.type import TensorType
 from pytensor.tensor.type_other import NoneTypeT
 from pytensor.tensor.variable import TensorConstant
+from threadpoolctl import threadpool_limits
 
 from pymc_subsample.bounds.bernoulli import (
     cloglog_predictor,
@@ -65,7 +69,7 @@ from pymc_subsample.bounds.bernoulli import (
     probit_row_logp,
 )
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.sources import RowSource, row_source_of
+from pymc_subsample.sources import DaskSource, RowSource, row_source_of
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]
 
@@ -280,6 +284,39 @@ def _row_mixing_ops(nodes, shapes: dict[Variable, tuple[int, ...]], rows: int) -
     return found
 
 
+#: Rows of a block handed over by :meth:`SubsampledLikelihood.map_row_blocks` on a Dask
+#: worker: ``{"range": (start, stop), rows input name: block}``, read instead of the sources.
+_GIVEN_ROWS: ContextVar[dict | None] = ContextVar("given_rows", default=None)
+#: One lock per block function in a worker process: compiled functions are not thread-safe.
+_BLOCK_LOCKS: dict[int, threading.Lock] = {}
+
+
+def _run_block(block_fn: Callable, names: tuple[str, ...], start: int, stop: int, *blocks):
+    """Run ``block_fn`` on rows ``start:stop`` with their Dask blocks given (a Dask task)."""
+    # blocks received from other workers may sit unaligned in a message buffer: PyTensor's
+    # C code needs aligned arrays (a copy of one block at most)
+    blocks = [np.require(b, requirements=["A", "C"]) for b in blocks]
+    token = _GIVEN_ROWS.set({"range": (start, stop), **dict(zip(names, blocks, strict=True))})
+    lock = _BLOCK_LOCKS.setdefault(id(block_fn), threading.Lock())
+    try:
+        with lock, threadpool_limits(limits=1, user_api="blas"):
+            return block_fn(np.arange(start, stop, dtype=np.int64))
+    finally:
+        _GIVEN_ROWS.reset(token)
+
+
+def _active_client():
+    """The active ``dask.distributed`` client, if Distributed is installed and one is."""
+    try:
+        from distributed import get_client
+    except ImportError:
+        return None
+    try:
+        return get_client()
+    except ValueError:  # no client
+        return None
+
+
 class GatheringFunction:
     """A compiled function of a row index ``idx`` that reads the rows of its row sources itself.
 
@@ -289,14 +326,26 @@ class GatheringFunction:
     :meth:`~pymc_subsample.sources.RowSource.take` on every call.
     """
 
-    def __init__(self, fn, idx_position: int, sources: Sequence[RowSource]) -> None:
+    def __init__(
+        self, fn, idx_position: int, sources: Sequence[RowSource], names: Sequence[str]
+    ) -> None:
         self.fn = fn
         self.idx_position = idx_position
         self.sources = tuple(sources)
+        self.names = tuple(names)
 
     def __call__(self, *args):
         idx = args[self.idx_position]
-        return self.fn(*args, *(source.take(idx) for source in self.sources))
+        given = _GIVEN_ROWS.get()
+        if given is not None:
+            start, stop = given["range"]
+            if not (len(idx) == stop - start and idx[0] == start and idx[-1] == stop - 1):
+                given = None
+        rows = (
+            given[name] if given is not None and name in given else source.take(idx)
+            for name, source in zip(self.names, self.sources, strict=True)
+        )
+        return self.fn(*args, *rows)
 
     @property
     def trust_input(self) -> bool:
@@ -389,6 +438,8 @@ class SubsampledLikelihood:
         self.idx = pt.vector("idx", dtype="int64")
         # data taken as having rows on an axis other than the first (named in setup errors)
         self._row_axes: dict[Variable, int] = {}
+        #: row blocks of full-data passes run as tasks on a dask.distributed cluster
+        self.cluster_blocks = 0
         #: per pms.Data container in the likelihood, the graph input standing for its rows on
         #: ``idx`` and the source they are read from (:class:`GatheringFunction`)
         self.gathered: dict[Variable, tuple[Variable, RowSource]] = {}
@@ -462,7 +513,8 @@ class SubsampledLikelihood:
             **kwargs,
         )
         if gathered:
-            fn = GatheringFunction(fn, inputs.index(self.idx), [s for _, s in gathered])
+            fn = GatheringFunction(fn, inputs.index(self.idx), [s for _, s in gathered],
+                                   [rows.name for rows, _ in gathered])
         fn.trust_input = self._trust_input
         return fn
 
@@ -518,6 +570,41 @@ class SubsampledLikelihood:
         The one full-data scalar sum of the package: setup checks, the steps' exact fallbacks.
         """
         return float(sum(np.sum(row_values(idx)) for idx in self.row_chunks()))
+
+    def map_row_blocks(self, block_fn: Callable[[np.ndarray], typing.Any]) -> list[typing.Any]:
+        """``[block_fn(idx) for idx in row_chunks()]``: a full-data pass, block by block.
+
+        Locally by default (rows of Dask sources are read with Dask's own scheduler). When a
+        pms.Data container is a Dask array and a ``dask.distributed`` client is active, each
+        block is a task on the cluster instead: ``block_fn`` is sent once to each worker
+        (``Client.scatter``), the workers read their blocks of the Dask arrays and return only
+        ``block_fn``'s results (sums, a block's row constants). ``block_fn`` must be
+        picklable; within a worker process its calls are serialised (compiled functions are
+        not thread-safe), so one thread per worker is what helps.
+        """
+        dask_rows = [(rows.name, source) for rows, source in self.gathered.values()
+                     if isinstance(source, DaskSource)]
+        client = _active_client() if dask_rows else None
+        if client is None:
+            return [block_fn(idx) for idx in self.row_chunks()]
+        import dask
+
+        chunk = SETUP_CHUNK_ROWS
+        names = tuple(name for name, _ in dask_rows)
+        blocks = [
+            source.array.rechunk({0: chunk, **{a: -1 for a in range(1, source.array.ndim)}})
+            .to_delayed().reshape(-1)
+            for _, source in dask_rows
+        ]
+        [fn] = client.scatter([block_fn], broadcast=True, hash=False)
+        tasks = [
+            dask.delayed(_run_block, pure=False)(
+                fn, names, start, min(start + chunk, self.n_rows), *(b[k] for b in blocks)
+            )
+            for k, start in enumerate(range(0, self.n_rows, chunk))
+        ]
+        self.cluster_blocks += len(tasks)
+        return client.gather(client.compute(tasks))
 
     def row_chunks(self, chunk_rows: int = SETUP_CHUNK_ROWS):
         """Yield consecutive int64 index arrays covering all N rows."""

@@ -141,8 +141,15 @@ class ArraySource(RowSource):
     def graph_value(self) -> np.ndarray:
         return np.asarray(self.array)
 
-    def user_value(self) -> np.ndarray:
-        return np.asarray(self.array)
+    def user_value(self):
+        # lazy when Dask is installed: PyMC casts observed integers twice (to int32, then to
+        # the distribution's int64) to store them in the InferenceData, N-sized copies each
+        try:
+            import dask.array as da
+        except ImportError:
+            return np.asarray(self.array)
+        # name=False: no hash of the whole array for a name
+        return da.from_array(self.array, chunks=(BLOCK_ROWS * 16, *self.shape[1:]), name=False)
 
     def __reduce__(self):
         if self.path is not None:
@@ -252,9 +259,10 @@ def _row_array(source: RowSource) -> _RowArray:
 class RowDataVariable(TensorSharedVariable):
     """The shared variable of a :func:`Data` container.
 
-    ``get_value()`` (what PyMC stores as the InferenceData's constant and observed data)
-    returns the data without copying them: the NumPy or memory-mapped array, or for Zarr and
-    Dask sources a Dask array (lazy), never the stand-in the graph holds.
+    ``get_value()`` (what PyMC stores as the InferenceData's observed data) returns the data
+    without copying them: a Dask array over them (lazy) when Dask is installed, else the NumPy
+    or memory-mapped array itself; never the stand-in the graph holds for Zarr and Dask
+    sources. ``get_value(borrow=True)`` is what the graph holds.
     """
 
     def get_value(self, borrow: bool = False, return_internal_type: bool = False):

@@ -26,7 +26,7 @@ import pymc_subsample as pms
 from pymc_subsample.bounds import family, region_radius
 from pymc_subsample.datasets import glm_data, glm_model
 from tests.make_glm_references import reference_path
-from tests.pairs import worst_bound_ratio
+from tests.pairs import assert_stored_constants, worst_bound_ratio
 from tests.posterior import SAMPLE, assert_matches
 
 N_ROWS, DIM, SEED = 20_000, 4, 9
@@ -63,7 +63,7 @@ def check_pairs(X, y, step, family_name: str, order: int, params: tuple,
     consts = fam.row_constants(order, np.linalg.norm(xt, axis=1), y, params,
                                eta_hat=eta_hat, radius=radius)
     if order == 2:  # the step's own constants are the formula's
-        np.testing.assert_allclose(step.row_constants[PAIR_ROWS], consts, rtol=1e-8)
+        assert_stored_constants(step.row_constants[PAIR_ROWS], consts)
     g1, g2 = f1(eta_hat, y)[:, None], f2(eta_hat, y)[:, None]
 
     def remainders(phi, phi_new):
@@ -190,7 +190,7 @@ def check_two_predictor_pairs(step, rows: TwoPredictors, f: Callable, grad: tupl
     step's own for order 2).
     """
     if order == 2:
-        np.testing.assert_allclose(step.row_constants[PAIR_ROWS], consts, rtol=1e-8)
+        assert_stored_constants(step.row_constants[PAIR_ROWS], consts)
     xt1, xt2, p1_hat, p2_hat = rows.xt_first, rows.xt_second, rows.first_hat, rows.second_hat
     (g1, g2), (h11, h12, h22) = grad, hess
 

@@ -6,7 +6,7 @@ and saves, for every coordinate of ``b`` (one per column of ``X``), the posterio
 bulk ESS and R-hat to a small ``.npz``, with the ArviZ, PyMC, NumPyro and JAX versions and the
 settings (a JSON string under ``settings``). Everything in it loads with
 ``np.load(path, allow_pickle=False)``. The tests compare subsampling steps' posteriors with it
-instead of running NUTS on 328 521 rows themselves.
+instead of running NUTS on 327 346 rows themselves.
 
 NUTS runs on the same posterior written in whitened coordinates, ``b = m + L φ`` with ``m`` the
 mode and ``L Lᵀ`` the inverse negative Hessian there (both computed here by plain NumPy Newton

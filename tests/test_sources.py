@@ -109,8 +109,10 @@ def test_in_memory_data_are_not_copied_and_run_under_nuts(files):
     model = glm_model(X, y, "logistic", tall=True)
     containers = _containers(model)
     assert set(containers) == {"X", "y_data"}
-    assert np.shares_memory(containers["X"].get_value(), X)
-    assert np.shares_memory(containers["y_data"].get_value(), y)
+    assert np.shares_memory(containers["X"].get_value(borrow=True), X)
+    assert np.shares_memory(containers["y_data"].get_value(borrow=True), y)
+    # what PyMC stores in the InferenceData: the same rows, never a copy
+    np.testing.assert_array_equal(np.asarray(containers["y_data"].get_value()), y)
     assert row_source_of(containers["X"]).shape == (N, D)
     # the model's own graph holds the data: NUTS and compare() see the same posterior
     plain = glm_model(X, y, "logistic")
@@ -194,3 +196,34 @@ def test_bad_inputs_say_what_to_do(monkeypatch):
     monkeypatch.setitem(sys.modules, "zarr", None)
     with pytest.raises(ImportError, match=r"pymc-subsample\[dask\]"):
         as_row_source("/nonexistent/store.zarr")
+
+
+@pytest.mark.slow
+def test_setup_passes_run_on_a_dask_cluster(files):
+    """With a Client active, the full-data passes are tasks on its workers; same results."""
+    distributed = pytest.importorskip("distributed")
+    zarr = pytest.importorskip("zarr")
+    da = pytest.importorskip("dask.array")
+    with pm.Model():
+        pass
+    local = glm_model(np.load(files["X.npy"]), np.load(files["y.npy"]), "logistic", tall=True)
+    with local:
+        reference = pms.MHSS()
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        # the workers read the Zarr stores themselves; only sums and constants come back
+        X = da.from_zarr(zarr.open_array(files["X.zarr"], mode="r"))
+        y = da.from_zarr(zarr.open_array(files["y.zarr"], mode="r"))
+        model = glm_model(X, y, "logistic", tall=True)
+        with distributed.get_task_stream(client) as stream, model:
+            step = pms.MHSS()
+        workers = set(client.scheduler_info()["workers"])
+    ran = [t for t in stream.data if "_run_block" in str(t["key"])]
+    blocks_per_pass = -(-N // 65_536)
+    assert step.likelihood.cluster_blocks == step.setup_profile["full_data_passes"] * \
+        blocks_per_pass
+    assert len(ran) == step.likelihood.cluster_blocks
+    assert {t["worker"] for t in ran} <= workers
+    np.testing.assert_allclose(step.theta_hat, reference.theta_hat, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(step.row_constants, reference.row_constants)

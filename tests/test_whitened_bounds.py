@@ -18,6 +18,7 @@ from pymc_subsample.bounds import derivative_bound, remainder_scale
 from pymc_subsample.datasets import glm_model, ill_conditioned_data
 from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
 from pymc_subsample.reference import MODE_TOLERANCE
+from tests.pairs import assert_stored_constants
 from tests.steps.conftest import SAMPLE
 
 N_ROWS = 10_000
@@ -107,7 +108,7 @@ def test_step_constants_are_the_whitened_norms(ill_conditioned_step):
     X, y, _, step = ill_conditioned_step
     xt = step.frame.whiten_rows(X)
     expected = derivative_bound("bernoulli_logit", y, 2) * np.linalg.norm(xt, axis=1) ** 3
-    np.testing.assert_allclose(step.row_constants, expected, rtol=1e-8)
+    assert_stored_constants(step.row_constants, expected)
 
 
 def test_compiled_remainders_obey_the_step_bound(ill_conditioned_step):

@@ -186,8 +186,9 @@ class MHSS(SubsamplingStep):
                     f"{np.count_nonzero(~(consts >= 0.0) | ~np.isfinite(consts))} rows that are not"
                 )
             self._check_user_bound(consts)
-        self.row_constants = consts
         self.sampler = WeightedIndexSampler(consts)
+        #: ``c_i`` as the sampler holds them (float32 rounded up): the thinning reads the same
+        self.row_constants = self.sampler.weights
         self._reset_fallback_count()
 
     def _check_user_bound(self, consts: np.ndarray) -> None:
