@@ -97,7 +97,8 @@ class GenericPass:
         self._fn = lik.compile([lik.theta, lik.idx], outputs)
         self.n_passes = 0
 
-    def _chunk_sums(self, theta: np.ndarray, chunk: np.ndarray):
+    def _block(self, chunk: np.ndarray, theta: np.ndarray):
+        """``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i)`` on the rows ``chunk``."""
         if self.exact_hessian:
             return self._fn(theta, chunk)
         value, g = self._fn(theta, chunk)
@@ -113,9 +114,9 @@ class GenericPass:
         theta = np.asarray(theta, dtype=np.float64)
         full_data = idx_chunks is None
         s, gs, hs = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
-        results = (lik.map_row_blocks(lambda chunk: self._chunk_sums(theta, chunk))
-                   if full_data else (self._chunk_sums(theta, chunk) for chunk in idx_chunks))
-        for ci, gi, hi in results:
+        results = (lik.map_row_blocks(self, "_block", theta) if full_data
+                   else ((c, self._block(c, theta)) for c in idx_chunks))
+        for _, (ci, gi, hi) in results:
             s, gs, hs = s + float(ci), gs + gi, hs + hi
         if full_data:
             self.n_passes += 1

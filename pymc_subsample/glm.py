@@ -370,32 +370,34 @@ class GLMPass:
         # one BLAS thread: the products are thin (chunk × d), and a threaded BLAS on a busy or
         # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
         # a Newton step that overshoots (a log link) may overflow: its -inf value is enough
-        def block(chunk: np.ndarray):
-            s, pieces = self.rows(theta, chunk, check=check)
-            gb, hb, cb = 0.0, 0.0, 0.0
-            with np.errstate(over="ignore", invalid="ignore"):
-                for term, (x, f1, f2, y, eta, params) in zip(self.terms, pieces, strict=True):
-                    gb = gb + x.T @ f1
-                    hb = hb + x.T @ (f2[:, None] * x)
-                    if order is not None:
-                        cb = cb + self._row_constants(term, order, x, y, eta, params,
-                                                      whiten_rows)
-            cb = round_up_float32(cb / lik.temperature) if order is not None else None
-            return s, gb, hb, cb
-
+        args = (theta, check, order, whiten_rows)
         with threadpool_limits(limits=1, user_api="blas"):
-            chunks = list(lik.row_chunks()) if full_data else list(idx_chunks)
-            results = lik.map_row_blocks(block) if full_data else [block(c) for c in chunks]
-        for chunk, (s, gb, hb, cb) in zip(chunks, results, strict=True):
-            total, g, h = total + s, g + gb, h + hb
-            if consts is not None:
-                consts[chunk] = cb
+            results = (lik.map_row_blocks(self, "_block", *args) if full_data
+                       else ((chunk, self._block(chunk, *args)) for chunk in idx_chunks))
+            for chunk, (s, gb, hb, cb) in results:
+                total, g, h = total + s, g + gb, h + hb
+                if consts is not None:
+                    consts[chunk] = cb
         if full_data:
             self.n_passes += 1
         # lik.terms is tempered already; f' and f'' come from the untempered family logp
         k = weight / lik.temperature
         return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
 
+
+    def _block(self, chunk: np.ndarray, theta: np.ndarray, check: bool, order: int | None,
+               whiten_rows: Callable | None):
+        """One block of :meth:`full`: ``(Σ ℓ_i, Σ f'x, Σ f''xxᵀ, c_i or None)`` on ``chunk``."""
+        s, pieces = self.rows(theta, chunk, check=check)
+        gb, hb, cb = 0.0, 0.0, 0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            for term, (x, f1, f2, y, eta, params) in zip(self.terms, pieces, strict=True):
+                gb = gb + x.T @ f1
+                hb = hb + x.T @ (f2[:, None] * x)
+                if order is not None:
+                    cb = cb + self._row_constants(term, order, x, y, eta, params, whiten_rows)
+        cb = round_up_float32(cb / self.lik.temperature) if order is not None else None
+        return s, gb, hb, cb
 
     def _row_constants(self, term, order, x, y, eta_hat, params, whiten_rows) -> np.ndarray:
         """``c_i`` of one variable's rows in a chunk (:meth:`Family.row_constants`).
@@ -621,27 +623,29 @@ class LocationScaleConstants:
         """
         lik = self.lik
         consts = np.zeros(lik.n_rows, dtype=np.float32)
-        def block(chunk: np.ndarray) -> np.ndarray:
-            out, start, n = self._fn(theta_hat, chunk), 0, len(chunk)
-            chunk_consts = 0.0
-            for term in self.terms:
-                width = 5 + len(term.params)
-                x_mu, x_ls, mu, log_sigma, y, *params = out[start : start + width]
-                start += width
-                s_mu = _row_norms(frame.whiten_rows(np.asarray(x_mu).reshape(n, -1)))
-                s_ls = _row_norms(frame.whiten_rows(
-                    np.broadcast_to(np.asarray(x_ls).reshape(-1, lik.dim), (n, lik.dim))))
-                chunk_consts = chunk_consts + term.family.row_constants(
-                    order, s_mu, s_ls, y, mu, log_sigma, self.region_radius, *params
-                )
-            return round_up_float32(chunk_consts / lik.temperature)
-
         with threadpool_limits(limits=1, user_api="blas"):
-            chunks = list(lik.row_chunks())
-            for chunk, cb in zip(chunks, lik.map_row_blocks(block), strict=True):
+            for chunk, cb in lik.map_row_blocks(self, "_block", theta_hat, frame, order):
                 consts[chunk] = cb
         self.n_passes += 1
         return consts
+
+    def _block(self, chunk: np.ndarray, theta_hat: np.ndarray, frame: LaplaceFrame,
+               order: int) -> np.ndarray:
+        """One block of :meth:`LocationScaleConstants.row_constants`: the ``c_i`` of ``chunk``."""
+        lik = self.lik
+        out, start, n = self._fn(theta_hat, chunk), 0, len(chunk)
+        chunk_consts = 0.0
+        for term in self.terms:
+            width = 5 + len(term.params)
+            x_mu, x_ls, mu, log_sigma, y, *params = out[start : start + width]
+            start += width
+            s_mu = _row_norms(frame.whiten_rows(np.asarray(x_mu).reshape(n, -1)))
+            s_ls = _row_norms(frame.whiten_rows(
+                np.broadcast_to(np.asarray(x_ls).reshape(-1, lik.dim), (n, lik.dim))))
+            chunk_consts = chunk_consts + term.family.row_constants(
+                order, s_mu, s_ls, y, mu, log_sigma, self.region_radius, *params
+            )
+        return round_up_float32(chunk_consts / lik.temperature)
 
 
 def _row_norms(rows: np.ndarray) -> np.ndarray:

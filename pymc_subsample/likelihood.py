@@ -291,16 +291,17 @@ _GIVEN_ROWS: ContextVar[dict | None] = ContextVar("given_rows", default=None)
 _BLOCK_LOCKS: dict[int, threading.Lock] = {}
 
 
-def _run_block(block_fn: Callable, names: tuple[str, ...], start: int, stop: int, *blocks):
-    """Run ``block_fn`` on rows ``start:stop`` with their Dask blocks given (a Dask task)."""
+def _run_block(owner, method: str, args: tuple, names: tuple[str, ...], start: int, stop: int,
+               *blocks):
+    """``owner.method(idx, *args)`` on rows ``start:stop``, their Dask blocks given (a task)."""
     # blocks received from other workers may sit unaligned in a message buffer: PyTensor's
     # C code needs aligned arrays (a copy of one block at most)
     blocks = [np.require(b, requirements=["A", "C"]) for b in blocks]
     token = _GIVEN_ROWS.set({"range": (start, stop), **dict(zip(names, blocks, strict=True))})
-    lock = _BLOCK_LOCKS.setdefault(id(block_fn), threading.Lock())
+    lock = _BLOCK_LOCKS.setdefault(id(owner), threading.Lock())
     try:
         with lock, threadpool_limits(limits=1, user_api="blas"):
-            return block_fn(np.arange(start, stop, dtype=np.int64))
+            return getattr(owner, method)(np.arange(start, stop, dtype=np.int64), *args)
     finally:
         _GIVEN_ROWS.reset(token)
 
@@ -440,6 +441,8 @@ class SubsampledLikelihood:
         self._row_axes: dict[Variable, int] = {}
         #: row blocks of full-data passes run as tasks on a dask.distributed cluster
         self.cluster_blocks = 0
+        # data passes sent to a cluster's workers, by (client, pass)
+        self._scattered: dict[tuple[int, int], tuple[typing.Any, typing.Any]] = {}
         #: per pms.Data container in the likelihood, the graph input standing for its rows on
         #: ``idx`` and the source they are read from (:class:`GatheringFunction`)
         self.gathered: dict[Variable, tuple[Variable, RowSource]] = {}
@@ -571,22 +574,27 @@ class SubsampledLikelihood:
         """
         return float(sum(np.sum(row_values(idx)) for idx in self.row_chunks()))
 
-    def map_row_blocks(self, block_fn: Callable[[np.ndarray], typing.Any]) -> list[typing.Any]:
-        """``[block_fn(idx) for idx in row_chunks()]``: a full-data pass, block by block.
+    def map_row_blocks(
+        self, owner, method: str, *args
+    ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
+        """``(idx, owner.method(idx, *args))`` for ``idx`` in :meth:`row_chunks`, in order.
 
-        Locally by default (rows of Dask sources are read with Dask's own scheduler). When a
-        pms.Data container is a Dask array and a ``dask.distributed`` client is active, each
-        block is a task on the cluster instead: ``block_fn`` is sent once to each worker
-        (``Client.scatter``), the workers read their blocks of the Dask arrays and return only
-        ``block_fn``'s results (sums, a block's row constants). ``block_fn`` must be
-        picklable; within a worker process its calls are serialised (compiled functions are
+        A full-data pass. Locally by default (rows of Dask sources are read with Dask's own
+        scheduler). When a pms.Data container is a Dask array and a ``dask.distributed``
+        client is active, each block is a task on the cluster instead: ``owner`` (a data pass
+        with its compiled functions) is sent once to each worker and kept there for later
+        passes, each task carries only ``args`` (``θ``, small), and the workers read their
+        blocks of the Dask arrays and return only the method's results (sums, a block's row
+        constants). Within a worker process the calls are serialised (compiled functions are
         not thread-safe), so one thread per worker is what helps.
         """
+        block_fn = getattr(owner, method)
         dask_rows = [(rows.name, source) for rows, source in self.gathered.values()
                      if isinstance(source, DaskSource)]
         client = _active_client() if dask_rows else None
         if client is None:
-            return [block_fn(idx) for idx in self.row_chunks()]
+            # lazily: a pass holds one block's results at a time
+            return ((idx, block_fn(idx, *args)) for idx in self.row_chunks())
         import dask
 
         chunk = SETUP_CHUNK_ROWS
@@ -596,15 +604,21 @@ class SubsampledLikelihood:
             .to_delayed().reshape(-1)
             for _, source in dask_rows
         ]
-        [fn] = client.scatter([block_fn], broadcast=True, hash=False)
+        # one copy of the owner per worker for the step's lifetime (unpickling compiles)
+        key = (id(client), id(owner))
+        if key not in self._scattered:
+            [future] = client.scatter([owner], broadcast=True, hash=False)
+            self._scattered[key] = (owner, future)
+        future = self._scattered[key][1]
         tasks = [
             dask.delayed(_run_block, pure=False)(
-                fn, names, start, min(start + chunk, self.n_rows), *(b[k] for b in blocks)
+                future, method, args, names, start, min(start + chunk, self.n_rows),
+                *(b[k] for b in blocks)
             )
             for k, start in enumerate(range(0, self.n_rows, chunk))
         ]
         self.cluster_blocks += len(tasks)
-        return client.gather(client.compute(tasks))
+        return zip(self.row_chunks(chunk), client.gather(client.compute(tasks)), strict=True)
 
     def row_chunks(self, chunk_rows: int = SETUP_CHUNK_ROWS):
         """Yield consecutive int64 index arrays covering all N rows."""

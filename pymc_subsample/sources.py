@@ -39,6 +39,9 @@ __all__ = ["Data", "RowSource", "as_row_source", "row_source_of"]
 
 #: Rows per block of a full-data pass over a source (bounds the memory of a pass).
 BLOCK_ROWS = 65_536
+#: Reads of at least this many rows from Zarr or Dask are remembered, up to CACHE_BYTES.
+CACHE_MIN_ROWS = 256
+CACHE_BYTES = 64 * 2**20
 
 
 def _require(module: str):
@@ -92,7 +95,32 @@ class RowSource:
         if idx[0] >= 0 and np.all(idx[1:] == idx[:-1] + 1):
             return self._slice(int(idx[0]), int(idx[-1]) + 1)  # a block of a full pass
         rows, where = np.unique(idx, return_inverse=True)
-        return self._take_sorted(rows)[where.reshape(idx.shape)]
+        return self._cached_take(rows)[where.reshape(idx.shape)]
+
+    def __getstate__(self) -> dict:
+        # the cache stays in this process (PyMC pickles the step for each worker)
+        return {k: v for k, v in self.__dict__.items() if k != "_cache"}
+
+    def _cached_take(self, rows: np.ndarray) -> np.ndarray:
+        """:meth:`_take_sorted`, remembering large reads of sources outside memory.
+
+        The reference point's subsample fit reads the same few thousand random rows at every
+        Newton step: from Zarr or Dask each read touches most chunks, so it is kept
+        (:data:`CACHE_BYTES` at most, oldest dropped first). Iterations read a few rows and
+        are never cached.
+        """
+        if self.in_memory or rows.size < CACHE_MIN_ROWS:
+            return self._take_sorted(rows)
+        cache = self.__dict__.setdefault("_cache", {})
+        key = (rows.size, hash(rows.tobytes()))
+        hit = cache.get(key)
+        if hit is not None and np.array_equal(hit[0], rows):
+            return hit[1]
+        value = self._take_sorted(rows)
+        cache[key] = (rows.copy(), value)
+        while sum(v.nbytes for _, v in cache.values()) > CACHE_BYTES and len(cache) > 1:
+            cache.pop(next(iter(cache)))
+        return value
 
     def blocks(self, block_rows: int = BLOCK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start, rows start:start + block_rows)`` over all rows."""
@@ -194,6 +222,14 @@ class DaskSource(RowSource):
 
     def _slice(self, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.array[start:stop].compute())
+
+    def all_finite(self) -> bool:
+        """A Dask reduction: on the cluster when a client is active, only a bool comes back."""
+        if self.dtype.kind not in "fc":
+            return True
+        import dask.array as da
+
+        return bool(da.isfinite(self.array).all().compute())
 
     def user_value(self):
         return self.array

@@ -150,13 +150,36 @@ def test_lazy_sources_fail_loudly_outside_the_steps(files):
     assert type(_containers(model)["X"].get_value()).__module__.startswith("dask")
 
 
-def test_nan_rows_are_refused_naming_the_data(tmp_path):
+@pytest.mark.parametrize("kind", ["npy", "dask"])
+def test_nan_rows_are_refused_naming_the_data(kind, tmp_path):
     X, y = glm_data(3000, 3, seed=1)
     X[1234, 2] = np.nan
     np.save(tmp_path / "X.npy", X)
-    model = glm_model(tmp_path / "X.npy", y, "logistic", tall=True)
+    if kind == "dask":
+        X = pytest.importorskip("dask.array").from_array(X, chunks=(1000, 3))
+    else:
+        X = tmp_path / "X.npy"
+    model = glm_model(X, y, "logistic", tall=True)
     with model, pytest.raises(SubsamplingModelError, match=r"'X'.*NaN"):
         pms.MHSS()
+
+
+def test_large_reads_from_zarr_are_read_once(files, monkeypatch):
+    """The subsample fit reads the same random rows at each Newton step: one read."""
+    X, _ = _arrays("zarr", files)
+    source = as_row_source(X)
+    reads = []
+    original = type(source)._take_sorted
+    monkeypatch.setattr(type(source), "_take_sorted",
+                        lambda self, rows: reads.append(rows.size) or original(self, rows))
+    rows = np.random.default_rng(1).choice(N, 1000, replace=False)
+    first, again = source.take(rows), source.take(rows[::-1])
+    np.testing.assert_array_equal(again, first[::-1])
+    assert reads == [1000]
+    source.take(rows[:10])
+    source.take(rows[:10])  # small reads (iterations) are not remembered
+    assert reads == [1000, 10, 10]
+    assert "_cache" not in pickle.loads(pickle.dumps(source)).__dict__
 
 
 def test_coupled_rows_are_refused():
