@@ -63,6 +63,14 @@ class PeakAnon:
         return self.peak_kb / 2**20  # GiB
 
 
+def _nbytes(path: str) -> int:
+    """Bytes of the array at ``path`` (``.npy`` or Zarr store), uncompressed."""
+    from pymc_subsample.sources import as_row_source
+
+    source = as_row_source(path)
+    return int(np.prod(source.shape)) * source.dtype.itemsize
+
+
 def data_paths(directory: Path, n: int, source: str) -> tuple[str, str]:
     """Write the data for ``n`` rows once (``.npy``, and Zarr when asked); their paths."""
     from pymc_subsample.datasets import write_glm_npy
@@ -105,14 +113,8 @@ def worker(n: int, source: str, x_path: str, y_path: str, draws: int, tune: int,
 
     memory = PeakAnon()
     t0 = time.perf_counter()
-    if source == "numpy":
-        X, y = np.load(x_path), np.load(y_path)
-    elif source == "zarr":
-        import zarr
-
-        X, y = zarr.open_array(x_path, mode="r"), zarr.open_array(y_path, mode="r")
-    else:
-        X, y = x_path, y_path
+    # a path opens as a memmap (.npy) or a Zarr store; "numpy" loads the arrays first
+    X, y = (np.load(x_path), np.load(y_path)) if source == "numpy" else (x_path, y_path)
     model = glm_model(X, y, "logistic", tall=True)
     with model:
         step = pms.MHSS()
@@ -143,9 +145,7 @@ def worker(n: int, source: str, x_path: str, y_path: str, draws: int, tune: int,
         "time_to_ess1000_s": time_to_ess(setup_s, sampling_s, ess),
         "sampler_peak_anon_gib": sampler_peak_gib, "idata_s": idata_s,
         "peak_anon_gib": peak_gib,
-        "data_gib": (np.load(x_path, mmap_mode="r").nbytes
-                     + np.load(y_path, mmap_mode="r").nbytes) / 2**30
-        if source != "zarr" else (n * D * 8 + n) / 2**30,
+        "data_gib": sum(_nbytes(path) for path in (x_path, y_path)) / 2**30,
     }
 
 

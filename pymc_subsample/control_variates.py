@@ -114,9 +114,7 @@ class GenericPass:
         theta = np.asarray(theta, dtype=np.float64)
         full_data = idx_chunks is None
         s, gs, hs = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
-        results = (lik.map_row_blocks(self, "_block", theta) if full_data
-                   else ((c, self._block(c, theta)) for c in idx_chunks))
-        for _, (ci, gi, hi) in results:
+        for _, (ci, gi, hi) in lik.map_row_blocks(self, "_block", theta, chunks=idx_chunks):
             s, gs, hs = s + float(ci), gs + gi, hs + hi
         if full_data:
             self.n_passes += 1

@@ -156,20 +156,19 @@ def write_glm_npy(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     beta = np.random.default_rng(seed).normal(size=d) / np.sqrt(d)
-    discrete = family in ("logistic", "probit", "cloglog", "poisson", "poisson_log",
-                          "negative_binomial", "negative_binomial_scale")
     x_path, y_path = directory / "X.npy", directory / "y.npy"
     X = np.lib.format.open_memmap(x_path, mode="w+", dtype=np.float64, shape=(n, d))
-    y = np.lib.format.open_memmap(
-        y_path, mode="w+", dtype=np.int64 if discrete else np.float64, shape=(n,)
-    )
+    y = None
     for k, start in enumerate(range(0, n, block_rows)):
         stop = min(start + block_rows, n)
         rng = np.random.default_rng([seed, k])
         block = rng.normal(size=(stop - start, d))
         block[:, 0] = 1.0
         X[start:stop] = block
-        y[start:stop] = _glm_response(rng, block @ beta, family)
+        response = _glm_response(rng, block @ beta, family)
+        if y is None:  # the dtype the family's draws come in (int64 counts and 0/1)
+            y = np.lib.format.open_memmap(y_path, mode="w+", dtype=response.dtype, shape=(n,))
+        y[start:stop] = response
     X.flush()
     y.flush()
     del X, y
@@ -438,11 +437,12 @@ def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsDa
     carriers = sorted(c for c in counts.index if c != counts.index[0])
     origin = flights["origin"].to_numpy()
     carrier = flights["carrier"].to_numpy()
+    month = flights["month"].to_numpy()
     columns = {
         "intercept": np.ones(len(flights)),
         "hour": _standardise(flights["hour"].to_numpy()),
         "distance": _standardise(flights["distance"].to_numpy()),
-        **{f"month_{m}": (flights["month"].to_numpy() == m).astype(float) for m in range(2, 13)},
+        **{f"month_{m}": (month == m).astype(float) for m in range(2, 13)},
         **{f"origin_{o}": (origin == o).astype(float) for o in origins[1:]},
         **{f"carrier_{c}": (carrier == c).astype(float) for c in carriers},
     }

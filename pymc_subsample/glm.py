@@ -369,11 +369,9 @@ class GLMPass:
         check = self.n_passes == 0
         # one BLAS thread: the products are thin (chunk × d), and a threaded BLAS on a busy or
         # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
-        # a Newton step that overshoots (a log link) may overflow: its -inf value is enough
-        args = (theta, check, order, whiten_rows)
         with threadpool_limits(limits=1, user_api="blas"):
-            results = (lik.map_row_blocks(self, "_block", *args) if full_data
-                       else ((chunk, self._block(chunk, *args)) for chunk in idx_chunks))
+            results = lik.map_row_blocks(self, "_block", theta, check, order, whiten_rows,
+                                         chunks=idx_chunks)
             for chunk, (s, gb, hb, cb) in results:
                 total, g, h = total + s, g + gb, h + hb
                 if consts is not None:
@@ -384,12 +382,12 @@ class GLMPass:
         k = weight / lik.temperature
         return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
 
-
     def _block(self, chunk: np.ndarray, theta: np.ndarray, check: bool, order: int | None,
                whiten_rows: Callable | None):
         """One block of :meth:`full`: ``(Σ ℓ_i, Σ f'x, Σ f''xxᵀ, c_i or None)`` on ``chunk``."""
         s, pieces = self.rows(theta, chunk, check=check)
         gb, hb, cb = 0.0, 0.0, 0.0
+        # a Newton step that overshoots (a log link) may overflow: its -inf value is enough
         with np.errstate(over="ignore", invalid="ignore"):
             for term, (x, f1, f2, y, eta, params) in zip(self.terms, pieces, strict=True):
                 gb = gb + x.T @ f1

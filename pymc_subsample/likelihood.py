@@ -69,12 +69,13 @@ from pymc_subsample.bounds.bernoulli import (
     probit_row_logp,
 )
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.sources import DaskSource, RowSource, row_source_of
+from pymc_subsample.sources import BLOCK_ROWS, DaskSource, RowSource, row_source_of
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]
 
-#: Rows per chunk when a setup pass touches all N rows (bounds peak memory).
-SETUP_CHUNK_ROWS = 65_536
+#: Rows per chunk when a setup pass touches all N rows (bounds peak memory): the row
+#: sources' block size, so that a block of a pass is one read of a source.
+SETUP_CHUNK_ROWS = BLOCK_ROWS
 
 #: Seed of the setup checks' random rows and parameter point (construction is deterministic).
 _CHECK_SEED = 20240611
@@ -575,11 +576,12 @@ class SubsampledLikelihood:
         return float(sum(np.sum(row_values(idx)) for idx in self.row_chunks()))
 
     def map_row_blocks(
-        self, owner, method: str, *args
+        self, owner, method: str, *args, chunks: typing.Iterable[np.ndarray] | None = None
     ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
         """``(idx, owner.method(idx, *args))`` for ``idx`` in :meth:`row_chunks`, in order.
 
-        A full-data pass. Locally by default (rows of Dask sources are read with Dask's own
+        With ``chunks`` (a subsample's index arrays), over those, locally. Without, a
+        full-data pass: locally by default (rows of Dask sources are read with Dask's own
         scheduler). When a pms.Data container is a Dask array and a ``dask.distributed``
         client is active, each block is a task on the cluster instead: ``owner`` (a data pass
         with its compiled functions) is sent once to each worker and kept there for later
@@ -589,6 +591,8 @@ class SubsampledLikelihood:
         not thread-safe), so one thread per worker is what helps.
         """
         block_fn = getattr(owner, method)
+        if chunks is not None:
+            return ((idx, block_fn(idx, *args)) for idx in chunks)
         dask_rows = [(rows.name, source) for rows, source in self.gathered.values()
                      if isinstance(source, DaskSource)]
         client = _active_client() if dask_rows else None
@@ -946,26 +950,24 @@ class SubsampledLikelihood:
         """Refuse expressions of pms.Data rows that read other rows (``x - x.mean()``).
 
         They cannot be folded on the full data without reading it all, so each must be
-        row-wise: evaluated on overlapping row sets (:meth:`_probe_rows`), a row's value must
-        not depend on which other rows are present.
+        row-wise: evaluated on overlapping row sets (:meth:`_probe_rows`) and on all of them
+        together, a row's value must not depend on which other rows are present.
         """
         if not exprs:
             return
         on_idx = _replace(exprs, leaf_repl)
         fn = self.compile([self.idx], on_idx, once=True)
         probes = self._probe_rows()
+        union = np.unique(np.concatenate(probes))
+        together = fn(union)
         runs = [fn(rows) for rows in probes]
         for k, expr in enumerate(exprs):
-            values = [np.asarray(run[k]) for run in runs]
-            if all(v.ndim >= 1 and v.shape[0] == len(rows)
-                   for v, rows in zip(values, probes, strict=True)):
-                seen: dict[int, np.ndarray] = {}
-                row_wise = True
-                for rows, v in zip(probes, values, strict=True):
-                    for row, value in zip(rows.tolist(), v, strict=True):
-                        row_wise = row_wise and _same_values(seen.setdefault(row, value), value)
-                if row_wise:
-                    continue
+            ref = np.asarray(together[k])
+            if ref.ndim >= 1 and ref.shape[0] == union.size and all(
+                _same_values(run[k], ref[np.searchsorted(union, rows)])
+                for rows, run in zip(probes, runs, strict=True)
+            ):
+                continue
             names = sorted({_data_name(v) for v in ancestors([expr]) if v in self.gathered})
             raise SubsamplingModelError(
                 f"Observed variable '{name}' uses an expression of the pms.Data {names} that "
@@ -1056,48 +1058,67 @@ class SubsampledLikelihood:
     def _check_rows_independent(self) -> None:
         """Each observed variable's per-row terms must be the model's own, on any row set.
 
-        At a random point near the initial one, the terms on all rows (in chunks) and on
-        overlapping row subsets (:meth:`_probe_rows`) are compared with the model's per-row log
-        density on the full data. A likelihood that couples rows (a mean, sort, cumulative sum
-        or matrix product along the row axis) gives other values on a subset whatever op does
-        it, so this catches every coupling the probes can see; the error then names the ops.
+        At a random point near the initial one, the terms on the first chunk of rows and on
+        overlapping row subsets (:meth:`_probe_rows`) are compared with a reference: the
+        model's per-row log density on the full data, or, for models with pms.Data rows (whose
+        full pass would read every row, and whose Zarr or Dask rows are not in the model's
+        graph at all), our own terms on all of these rows together, so that a row's term must
+        not change with the other rows present. A likelihood that couples rows (a mean, sort,
+        cumulative sum or matrix product along the row axis) gives other values on a subset
+        whatever op does it, so this catches every coupling the probes can see; the error then
+        names the ops.
         """
         rng = np.random.default_rng(_CHECK_SEED)
         theta0 = self.ravel(self.initial_point)
         theta = theta0 + _CHECK_STEP * rng.standard_normal(self.dim)
         ours = self.in_theta(self._block_terms)
+        sets = [next(iter(self.row_chunks())), *self._probe_rows()]
         if self.gathered:
-            self._check_rows_consistent(ours, theta, theta0)
-            return
-        # one compiled function: our terms on the rows idx and, when asked for (a lazy branch),
-        # the model's own per-row terms on all rows
-        want_ref = pt.scalar("want_ref", dtype="bool")
-        refs = [
-            ifelse(want_ref, r, pt.zeros((0,), dtype=r.dtype))
-            for r in self.in_theta(self._model_row_terms())
-        ]
-        check_fn = self.compile([self.theta, self.idx, want_ref], [*ours, *refs], once=True)
-        first_chunk = next(iter(self.row_chunks()))
+            ref_rows = np.unique(np.concatenate(sets))
+            terms_fn = self.compile([self.theta, self.idx], ours, once=True)
+
+            def run(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list:
+                refs = list(terms_fn(theta, ref_rows)) if with_ref else []
+                return [*terms_fn(theta, rows), *refs]
+
+            reference = f"with the {ref_rows.size} rows of the check's row sets together"
+        else:
+            ref_rows = None
+            # one compiled function: our terms on the rows idx and, when asked for (a lazy
+            # branch), the model's own per-row terms on all rows
+            want_ref = pt.scalar("want_ref", dtype="bool")
+            refs = [
+                ifelse(want_ref, r, pt.zeros((0,), dtype=r.dtype))
+                for r in self.in_theta(self._model_row_terms())
+            ]
+            check_fn = self.compile([self.theta, self.idx, want_ref], [*ours, *refs], once=True)
+
+            def run(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list:
+                return check_fn(theta, rows, np.bool_(with_ref))
+
+            reference = f"in the model on all N = {self.n_rows} rows"
 
         def evaluate(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list[np.ndarray]:
             try:
-                return check_fn(theta, rows, np.bool_(with_ref))
+                return run(theta, rows, with_ref)
             except Exception as err:  # reported with the variable's name
                 self._raise_failed(ours, theta, rows, err)
 
-        out = evaluate(theta, first_chunk, True)
+        out = evaluate(theta, sets[0], True)
         if not all(np.all(np.isfinite(r)) for r in out[len(ours):]):
             # the random point may leave a support: fall back to the initial point
             theta = theta0
-            out = evaluate(theta, first_chunk, True)
+            out = evaluate(theta, sets[0], True)
         ref = [np.asarray(r) for r in out[len(ours):]]
+        n_ref = self.n_rows if ref_rows is None else ref_rows.size
         for j, block in enumerate(self.blocks):
-            if ref[j].shape != (self.n_rows,):
+            if ref[j].shape != (n_ref,):
                 self._raise_not_row_sum(block.name, f"its log density has shape {ref[j].shape}")
         # the first chunk and overlapping random subsets: a coupling changes terms on subsets,
         # so this needs no pass of our terms over all rows
-        for k, rows in enumerate([first_chunk, *self._probe_rows()]):
+        for k, rows in enumerate(sets):
             values = out if k == 0 else evaluate(theta, rows, False)
+            at = rows if ref_rows is None else np.searchsorted(ref_rows, rows)
             for j, block in enumerate(self.blocks):
                 got = np.asarray(values[j])
                 if got.shape != rows.shape:
@@ -1106,51 +1127,10 @@ class SubsampledLikelihood:
                         f"its terms on {len(rows)} rows have shape {got.shape}, so some data "
                         "were not indexed by row and were broadcast",
                     )
-                bad = np.flatnonzero(~_close(got, ref[j][rows], _tolerance(ours[j].dtype)))
+                expected = ref[j][at]
+                bad = np.flatnonzero(~_close(got, expected, _tolerance(ours[j].dtype)))
                 if bad.size:
-                    self._raise_coupled(j, theta, rows, got, ref[j], int(bad[0]))
-
-    def _check_rows_consistent(
-        self, ours: list[Variable], theta: np.ndarray, theta0: np.ndarray
-    ) -> None:
-        """The check of :meth:`_check_rows_independent` for models with pms.Data rows.
-
-        The model's own log density on all N rows would read every row (and Zarr or Dask
-        rows are not in the graph at all), so each row's term is compared with itself instead:
-        on the first block of rows, on overlapping random row sets and alone, a term must not
-        change with the other rows present. A coupling of rows (a mean, sort, cumulative sum
-        or matrix product along the row axis) changes it; the graph rebuilt on ``idx`` is the
-        same code that the full check validates on in-memory models.
-        """
-        check_fn = self.compile([self.theta, self.idx], ours, once=True)
-        first_chunk = next(iter(self.row_chunks()))
-        sets = [first_chunk, *self._probe_rows()]
-
-        def evaluate(point: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
-            try:
-                return [np.asarray(v) for v in check_fn(point, rows)]
-            except Exception as err:  # reported with the variable's name
-                self._raise_failed(ours, point, rows, err)
-
-        runs = [evaluate(theta, rows) for rows in sets]
-        if not all(np.all(np.isfinite(v)) for run in runs for v in run):
-            # the random point may leave a support: fall back to the initial point
-            theta = theta0
-            runs = [evaluate(theta, rows) for rows in sets]
-        for j, block in enumerate(self.blocks):
-            first: dict[int, float] = {}
-            for rows, run in zip(sets, runs, strict=True):
-                got = run[j]
-                if got.shape != rows.shape:
-                    self._raise_not_row_sum(
-                        block.name,
-                        f"its terms on {len(rows)} rows have shape {got.shape}, so some data "
-                        "were not indexed by row and were broadcast",
-                    )
-                for k, row in enumerate(rows.tolist()):
-                    ref = first.setdefault(row, float(got[k]))
-                    if not _close(got[k], ref, _tolerance(ours[j].dtype)):
-                        self._raise_coupled(j, theta, rows, got, {row: ref}, k)
+                    self._raise_coupled(j, theta, rows, got, expected, int(bad[0]), reference)
 
     def _raise_failed(
         self, ours: list[Variable], theta: np.ndarray, rows: np.ndarray, err: Exception
@@ -1185,15 +1165,17 @@ class SubsampledLikelihood:
         ) from cause
 
     def _raise_coupled(
-        self, j: int, theta: np.ndarray, rows: np.ndarray, got: np.ndarray, ref: np.ndarray, k: int
+        self, j: int, theta: np.ndarray, rows: np.ndarray, got: np.ndarray,
+        expected: np.ndarray, k: int, reference: str,
     ) -> NoReturn:
-        """Refuse block ``j``: its term of row ``rows[k]`` is not the model's."""
+        """Refuse block ``j``: its term of row ``rows[k]`` is not ``expected[k]``, its value
+        ``reference`` (on all rows in the model, or with other rows present)."""
         block = self.blocks[j]
         row = int(rows[k])
         if np.array_equal(rows, np.arange(self.n_rows)):
             self._raise_not_row_sum(
                 block.name,
-                f"the term of row {row} is {got[k]:.8g} but the model's is {ref[row]:.8g}",
+                f"the term of row {row} is {got[k]:.8g} but {expected[k]:.8g} {reference}",
             )
         ops = self._coupling_ops(j, theta)
         cause = (
@@ -1203,8 +1185,8 @@ class SubsampledLikelihood:
         )
         raise SubsamplingModelError(
             f"Observed variable '{block.name}' couples its rows: row {row}'s log-likelihood term "
-            f"is {got[k]:.8g} when evaluated with {len(rows)} rows but {ref[row]:.8g} in the "
-            f"model on all N = {self.n_rows} rows ({cause}). Subsampling needs each row's term "
+            f"is {got[k]:.8g} when evaluated with {len(rows)} rows but {expected[k]:.8g} "
+            f"{reference} ({cause}). Subsampling needs each row's term "
             "to depend only on that row's data and the global parameters: compute data "
             "summaries (means, scales) from pm.Data or constants alone, keep means, sums, "
             "sorts, cumulative sums and matrix products over rows out of the likelihood, or "

@@ -335,13 +335,13 @@ def _find_map_fallback(lik: SubsampledLikelihood, theta: np.ndarray) -> np.ndarr
     and L-BFGS from there stays; from PyMC's start it finds the local mode that the data
     inform, as PyMC's own ``find_MAP`` does.
     """
-    lazy = [rows.name for rows, source in lik.gathered.values() if not source.in_memory]
+    lazy = sorted(var.name for var, (_, source) in lik.gathered.items() if not source.in_memory)
     if lazy:
         # the model's own graph holds a stand-in for Zarr and Dask rows (pymc_subsample.sources)
         raise SubsamplingModelError(
             "Newton's method stalled finding the reference point, and its fallback, "
             "pm.find_MAP on all rows, cannot read the Zarr or Dask data "
-            f"{sorted(n.removesuffix('[idx]') for n in lazy)}. Pass map_point= (a posterior "
+            f"{lazy}. Pass map_point= (a posterior "
             "mode found another way), or give the data as a NumPy array or .npy memmap."
         )
     _log.info("Newton's method stalled; falling back to pm.find_MAP (L-BFGS) on all rows")

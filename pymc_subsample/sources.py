@@ -144,7 +144,7 @@ class RowSource:
         return np.broadcast_to(fill, self.shape)
 
     def user_value(self) -> Any:
-        """What ``get_value()`` of the data container returns (ArviZ's constant_data)."""
+        """What ``get_value()`` of the data container returns (PyMC's observed_data)."""
         return self.graph_value()
 
 
@@ -263,9 +263,8 @@ def as_row_source(value) -> RowSource:
 class _RowArray(np.ndarray):
     """The value a :func:`Data` container holds: the source's array, tied to its source.
 
-    It does not copy on ``copy.deepcopy`` (PyMC's ``get_value()`` for ArviZ's constant data)
-    and pickles as its source (a memory-mapped file as its path). Anything computed from it is
-    a plain ndarray.
+    It does not copy on ``copy.deepcopy`` (a copied model shares the rows) and pickles as its
+    source (a memory-mapped file as its path). Anything computed from it is a plain ndarray.
     """
 
     _source: RowSource | None = None
