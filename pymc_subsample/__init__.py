@@ -12,7 +12,7 @@
 from pymc_subsample.compare import Comparison, compare
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.likelihood import SubsampledLikelihood
-from pymc_subsample.sources import Data
+from pymc_subsample.sources import Data, to_inference_data
 from pymc_subsample.steps import (
     MHSS,
     AusterityMH,
@@ -32,5 +32,6 @@ __all__ = [
     "SubsamplingStep",
     "UserBound",
     "compare",
+    "to_inference_data",
 ]
 __version__ = "0.1.0"

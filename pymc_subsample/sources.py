@@ -31,11 +31,15 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+import xarray as xr
+from arviz.data.base import dict_to_dataset, make_attrs
+from pymc.backends.arviz import InferenceDataConverter
 from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.traversal import graph_inputs
 from pytensor.tensor.sharedvar import TensorSharedVariable
 from pytensor.tensor.type import TensorType
 
-__all__ = ["Data", "RowSource", "as_row_source", "row_source_of"]
+__all__ = ["Data", "RowSource", "as_row_source", "row_source_of", "to_inference_data"]
 
 #: Rows per block of a full-data pass over a source (bounds the memory of a pass).
 BLOCK_ROWS = 65_536
@@ -127,6 +131,15 @@ class RowSource:
         for start in range(0, self.n_rows, block_rows):
             yield start, self._slice(start, min(start + block_rows, self.n_rows))
 
+    def __getitem__(self, key) -> np.ndarray:
+        """Basic slicing, rows first (what ``dask.array.from_array`` asks of a block)."""
+        key = key if isinstance(key, tuple) else (key,)
+        rows = key[0] if key else slice(None)
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise IndexError("a RowSource is sliced by a contiguous range of rows; use take()")
+        start, stop, _ = rows.indices(self.n_rows)
+        return self._slice(start, max(start, stop))[(slice(None), *key[1:])]
+
     def all_finite(self) -> bool:
         """Whether every entry is finite (integers always are), read block by block."""
         if self.dtype.kind not in "fc":
@@ -176,8 +189,12 @@ class ArraySource(RowSource):
             import dask.array as da
         except ImportError:
             return np.asarray(self.array)
+        # from the source, not the array: from_array copies a NumPy array (memmaps too) whole;
         # name=False: no hash of the whole array for a name
-        return da.from_array(self.array, chunks=(BLOCK_ROWS * 16, *self.shape[1:]), name=False)
+        return da.from_array(
+            self, chunks=(BLOCK_ROWS * 16, *self.shape[1:]), name=False,
+            meta=np.empty((0,) * len(self.shape), dtype=self.dtype),
+        )
 
     def __reduce__(self):
         if self.path is not None:
@@ -342,8 +359,9 @@ def Data(name: str, value, dims=None, model: pm.Model | None = None) -> SharedVa
     The container is not stored in the InferenceData's ``constant_data`` (PyMC would add an
     index coordinate of N integers for each of its axes), and ``pm.set_data`` does not reach
     it: build a new model for new data. Used as ``observed=``, it is in ``observed_data``
-    like any observation (with an N-long index; store it in the distribution's own dtype,
-    int64 for counts and 0/1 outcomes, or PyMC copies it to cast it). NaN and infinite
+    like any observation, lazily (PyMC adds an N-long index; :func:`to_inference_data` does
+    not). Store it in the distribution's own dtype, int64 for counts and 0/1 outcomes, or
+    PyMC copies it to cast it. NaN and infinite
     entries are refused when a subsampling step is built (checked block by block). Models on
     NumPy and memory-mapped sources also run under NUTS; on Zarr and Dask sources only the
     subsampling steps can read the rows (NUTS fails at its first evaluation, never silently).
@@ -377,3 +395,62 @@ def Data(name: str, value, dims=None, model: pm.Model | None = None) -> SharedVa
     # not one of the model's data_vars: PyMC would store it in the InferenceData's
     # constant_data with an index coordinate of N integers per axis
     return var
+
+
+def _row_data_observations(model: pm.Model) -> set[str]:
+    """Names of the observed variables whose observations are :func:`Data` containers."""
+    return {
+        rv.name for rv in model.observed_RVs
+        if any(row_source_of(v) is not None for v in graph_inputs([model.rvs_to_values[rv]]))
+    }
+
+
+def to_inference_data(trace, *, model: pm.Model | None = None, **kwargs):
+    """:func:`pymc.to_inference_data`, storing :func:`Data` observations without an index.
+
+    ArviZ gives every observed axis an index of N integers (``np.arange``), which pandas and
+    xarray copy on the way: at N = 1e8 this took the peak memory of a whole MHSS run from
+    1.04 to 2.14 GiB (``benchmarks/tall_data.py``). Here observations held in :func:`Data`
+    containers keep their dimension names but get no index coordinate (xarray allows a
+    dimension without one), and their values stay lazy (a Dask array over the source when
+    Dask is installed, else the array itself). Every other group is PyMC's.
+
+    Parameters
+    ----------
+    trace : pymc.backends.base.MultiTrace
+        What ``pm.sample(..., return_inferencedata=False, compute_convergence_checks=False)``
+        returns (the convergence checks would build PyMC's InferenceData first).
+    model : pymc.Model, optional
+        The model (default: the one in context).
+    **kwargs
+        Passed to PyMC's converter (``log_likelihood``, ``coords``, ``dims``, ...).
+
+    Returns
+    -------
+    arviz.InferenceData
+    """
+    return _RowDataConverter(trace=trace, model=model, **kwargs).to_inference_data()
+
+
+class _RowDataConverter(InferenceDataConverter):
+    """PyMC's converter, except that observations of :func:`Data` containers get no index."""
+
+    def observed_data_to_xarray(self):
+        if self.predictions or not self.observations:
+            return None
+        tall = _row_data_observations(self.model) & self.observations.keys()
+        rest = {k: v for k, v in self.observations.items() if k not in tall}
+        dataset = (
+            dict_to_dataset(rest, library=pm, coords=self.coords, dims=self.dims, default_dims=[])
+            if rest else xr.Dataset(attrs=make_attrs(library=pm))
+        )
+        for name in sorted(tall):
+            value = self.observations[name]
+            named = list(self.dims.get(name) or ())
+            dims = [
+                named[i] if i < len(named) and named[i] is not None else f"{name}_dim_{i}"
+                for i in range(np.ndim(value))
+            ]
+            coords = {d: np.asarray(self.coords[d]) for d in dims if d in self.coords}
+            dataset[name] = xr.DataArray(value, dims=dims, coords=coords)
+        return dataset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 import sys
 
@@ -250,3 +251,36 @@ def test_setup_passes_run_on_a_dask_cluster(files):
     assert {t["worker"] for t in ran} <= workers
     np.testing.assert_allclose(step.theta_hat, reference.theta_hat, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(step.row_constants, reference.row_constants)
+
+
+def test_inference_data_keeps_observations_lazy_and_without_an_index(files):
+    X, y = np.load(files["X.npy"]), np.load(files["y.npy"])
+    with pm.Model() as model:
+        rows = pms.Data("X", files["X.npy"])
+        outcome = pms.Data("y_data", files["y.npy"], dims="obs")
+        b = pm.Normal("b", 0, 10, shape=D)
+        pm.Bernoulli("y", logit_p=rows @ b, observed=outcome, dims="obs")
+        trace = pm.sample(50, tune=50, chains=1, step=pms.MHSS(), random_seed=5,
+                          return_inferencedata=False, **SAMPLE)
+    ours = pms.to_inference_data(trace, model=model)
+    pymcs = pm.to_inference_data(trace, model=model)
+    observed = ours.observed_data["y"]
+    # the dims PyMC would give, no N-long index coordinate, the same values
+    assert observed.dims == pymcs.observed_data["y"].dims == ("obs",)
+    assert "obs" not in ours.observed_data.coords and "obs" in pymcs.observed_data.coords
+    np.testing.assert_array_equal(observed.values, y)
+    np.testing.assert_array_equal(ours.posterior["b"].values, pymcs.posterior["b"].values)
+    assert set(ours.groups()) == set(pymcs.groups())
+    if importlib.util.find_spec("dask") is not None:
+        assert type(observed.data).__module__.startswith("dask")
+    # the lazy value PyMC receives reads the source; Dask's from_array would copy an array
+    import tracemalloc
+
+    big = np.zeros((2_000_000, 2))
+    tracemalloc.start()
+    lazy = as_row_source(big).user_value()
+    allocated = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert allocated < big.nbytes / 20
+    np.testing.assert_array_equal(np.asarray(lazy[5:9]), big[5:9])
+    np.testing.assert_array_equal(np.asarray(as_row_source(X)[10:20, 1:]), X[10:20, 1:])
