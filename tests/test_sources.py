@@ -284,3 +284,25 @@ def test_inference_data_keeps_observations_lazy_and_without_an_index(files):
     assert allocated < big.nbytes / 20
     np.testing.assert_array_equal(np.asarray(lazy[5:9]), big[5:9])
     np.testing.assert_array_equal(np.asarray(as_row_source(X)[10:20, 1:]), X[10:20, 1:])
+
+
+def test_find_map_fallback_refuses_lazy_data_naming_them(files, monkeypatch):
+    """Where Newton stalls, PyMC's find_MAP would read the graph's stand-in: refused instead."""
+    import pymc_subsample.reference as reference
+    from pymc_subsample.frame import NotPositiveDefiniteError
+
+    real = reference.LaplaceFrame
+
+    def stalled_at_the_passes(*args, **kwargs):
+        # the full-data passes' Hessian is not negative definite (Newton's own damped
+        # steps are left alone): what sends fit_reference to its find_MAP fallback
+        if sys._getframe(1).f_code.co_name == "fit_reference":
+            raise NotPositiveDefiniteError("forced")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reference, "LaplaceFrame", stalled_at_the_passes)
+    X, y = _arrays("zarr", files)
+    with glm_model(X, y, "logistic", tall=True), pytest.raises(
+        SubsamplingModelError, match=r"pm.find_MAP on all rows, cannot read .*'X', 'y_data'"
+    ):
+        pms.MHSS()
