@@ -39,6 +39,7 @@ import pymc as pm
 from pymc_subsample.control_variates import hessian_by_differences
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
+from pymc_subsample.indexing import distinct_rows
 from pymc_subsample.likelihood import SubsampledLikelihood
 
 __all__ = ["ReferenceFit", "fit_reference"]
@@ -172,7 +173,7 @@ def fit_reference(
         profile["small_data_newton_s"] = time.perf_counter() - t_start
     elif n_sub < n:
         rng = np.random.default_rng(seed)
-        idx = np.sort(rng.choice(n, size=n_sub, replace=False)).astype(np.int64)
+        idx = distinct_rows(rng, n, n_sub)  # O(n_sub) memory, not O(N)
 
         def chunks_of(rows: np.ndarray) -> list[np.ndarray]:
             return [rows[i : i + 65_536] for i in range(0, rows.size, 65_536)]

@@ -410,7 +410,7 @@ def to_inference_data(trace, *, model: pm.Model | None = None, **kwargs):
 
     ArviZ gives every observed axis an index of N integers (``np.arange``), which pandas and
     xarray copy on the way: at N = 1e8 this took the peak memory of a whole MHSS run from
-    1.04 to 2.14 GiB (``benchmarks/tall_data.py``). Here observations held in :func:`Data`
+    0.79 to 2.16 GiB (``benchmarks/tall_data.py``). Here observations held in :func:`Data`
     containers keep their dimension names but get no index coordinate (xarray allows a
     dimension without one), and their values stay lazy (a Dask array over the source when
     Dask is installed, else the array itself). Every other group is PyMC's.

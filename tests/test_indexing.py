@@ -248,3 +248,32 @@ def test_weighted_stream_spans_block_boundaries():
     assert draws.size == 40 and draws.min() >= 0 and draws.max() < 50
     # the stream is the generator's uniforms in order, whatever the block boundaries
     np.testing.assert_array_equal(draws, reference.draw(np.random.default_rng(3), 40))
+
+
+def test_distinct_rows_are_a_uniform_subset_in_memory_of_the_subset():
+    import tracemalloc
+
+    from pymc_subsample.indexing import distinct_rows
+
+    rng = np.random.default_rng(3)
+    n, k, reps = 400, 20, 20_000
+    counts = np.zeros(n)
+    for _ in range(reps):
+        rows = distinct_rows(rng, n, k)
+        assert rows.dtype == np.int64 and rows.size == k
+        assert np.all(np.diff(rows) > 0) and 0 <= rows[0] and rows[-1] < n
+        counts[rows] += 1
+    # every row is in the subset with probability k/n: binomial counts, |z| < 4.5 for all
+    p = k / n
+    z = (counts - reps * p) / np.sqrt(reps * p * (1 - p))
+    assert np.max(np.abs(z)) < 4.5
+    # and the pairs too (a k-subset, not k rows drawn independently): rows 0 and 1 together
+    both = sum(np.isin([0, 1], distinct_rows(rng, n, k)).all() for _ in range(reps))
+    expected = reps * k * (k - 1) / (n * (n - 1))
+    assert abs(both - expected) < 4.5 * np.sqrt(expected)
+    # memory O(k) at N = 1e8 (NumPy's choice would permute all N rows)
+    tracemalloc.start()
+    rows = distinct_rows(rng, 10**8, 10**6)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert np.unique(rows).size == 10**6 and peak < 100 * 10**6
