@@ -90,9 +90,8 @@ def trace_figure(idatas: Mapping[str, az.InferenceData], columns, path) -> None:
 
     The x-axis is the fraction of each run's draws, so runs of different lengths share it.
     """
-    sds = {name: idata.posterior["b"].std(("chain", "draw")).values
-           for name, idata in idatas.items()}
-    widest = int(np.argmax(next(iter(sds.values()))))
+    first = next(iter(idatas.values()))
+    widest = int(np.argmax(first.posterior["b"].std(("chain", "draw")).values))
     shown = list(dict.fromkeys([0, 1, 2, widest]))[: len(columns)]
     fig, axes = plt.subplots(len(shown), 1, figsize=(9, 1.8 * len(shown)), squeeze=False)
     for ax, k in zip(axes[:, 0], shown, strict=True):

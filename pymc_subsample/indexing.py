@@ -111,6 +111,10 @@ class WeightedIndexSampler:
                 -1)
         self._block_cdf = np.cumsum(block_sums)
         self.total = float(self._block_cdf[-1])
+        # where a draw rounded up to the total lands: the last block with a positive weight
+        # (none when every weight is 0, and then nothing is drawn)
+        positive_blocks = np.flatnonzero(self._last_positive >= 0)
+        self._last_positive_block = int(positive_blocks[-1]) if positive_blocks.size else 0
         self._width = width
         self.block_size = int(block_size)
         self._rng: np.random.Generator | None = None
@@ -124,7 +128,7 @@ class WeightedIndexSampler:
         block = np.searchsorted(self._block_cdf, target, side="right")
         block = np.minimum(block, self._block_cdf.size - 1)
         block = np.where(self._last_positive[block] < 0,  # target rounded to the total
-                         np.flatnonzero(self._last_positive >= 0)[-1], block)
+                         self._last_positive_block, block)
         before = np.where(block > 0, self._block_cdf[np.maximum(block - 1, 0)], 0.0)
         rows = block[:, None] * self._width + np.arange(self._width)
         w = self.weights[np.minimum(rows, self.weights.size - 1)].astype(np.float64)

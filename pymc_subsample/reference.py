@@ -40,7 +40,7 @@ from pymc_subsample.control_variates import hessian_by_differences
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
 from pymc_subsample.indexing import distinct_rows
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
 
 __all__ = ["ReferenceFit", "fit_reference"]
 
@@ -176,7 +176,8 @@ def fit_reference(
         idx = distinct_rows(rng, n, n_sub)  # O(n_sub) memory, not O(N)
 
         def chunks_of(rows: np.ndarray) -> list[np.ndarray]:
-            return [rows[i : i + 65_536] for i in range(0, rows.size, 65_536)]
+            return [rows[i : i + SETUP_CHUNK_ROWS]
+                    for i in range(0, rows.size, SETUP_CHUNK_ROWS)]
 
         chunks = chunks_of(idx)
 

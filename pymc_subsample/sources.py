@@ -64,6 +64,8 @@ class RowSource:
 
     Attributes
     ----------
+    array
+        The NumPy, Zarr or Dask array itself (sliced by rows for the full-data passes).
     shape : tuple of int
         The array's shape; rows run along the first axis.
     dtype : numpy.dtype
@@ -72,6 +74,7 @@ class RowSource:
         can hold; otherwise the model's graph holds a stand-in.
     """
 
+    array: Any
     shape: tuple[int, ...]
     dtype: np.dtype
     in_memory: bool = True
@@ -86,7 +89,7 @@ class RowSource:
 
     def _slice(self, start: int, stop: int) -> np.ndarray:
         """Rows ``start:stop`` as a NumPy array."""
-        return self._take_sorted(np.arange(start, stop, dtype=np.int64))
+        return np.asarray(self.array[start:stop])
 
     def take(self, idx: np.ndarray) -> np.ndarray:
         """The rows ``idx`` (any order, repeats allowed), one read of each distinct row.
@@ -176,9 +179,6 @@ class ArraySource(RowSource):
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
         return self.array[rows]
 
-    def _slice(self, start: int, stop: int) -> np.ndarray:
-        return np.asarray(self.array[start:stop])
-
     def graph_value(self) -> np.ndarray:
         return np.asarray(self.array)
 
@@ -217,9 +217,6 @@ class ZarrSource(RowSource):
 
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.array.get_orthogonal_selection((rows,)))
-
-    def _slice(self, start: int, stop: int) -> np.ndarray:
-        return np.asarray(self.array[start:stop])
 
     def user_value(self):
         return _require("dask.array").array.from_zarr(self.array)
