@@ -23,7 +23,7 @@ import pytensor.tensor as pt
 from pytensor.gradient import Rop, grad, jacobian
 from pytensor.graph.replace import graph_replace
 
-from pymc_subsample.glm import PassResult, family_terms
+from pymc_subsample.glm import LocationScaleTerm, PassResult, family_terms, location_scale_terms
 from pymc_subsample.likelihood import SubsampledLikelihood
 
 __all__ = [
@@ -143,11 +143,12 @@ class TaylorControlVariate:
     sums : tuple, optional
         ``(Σ ℓ_i(θ̂), Σ ∇ℓ_i(θ̂), Σ ∇²ℓ_i(θ̂))`` when already computed (by the reference fit's
         last pass); computed in one pass otherwise.
-    glm_terms : list of GLMTerm, optional
+    glm_terms : list of GLMTerm or of LocationScaleTerm, optional
         The model's GLM structure (:func:`pymc_subsample.glm.detect_glm_terms`). The per-row
         Taylor terms are then ``f'(η̂_i)(η'_i − η_i) [+ ½ f''(η̂_i)((η'_i − η̂_i)² − (η_i −
         η̂_i)²)]``, the same polynomials as the generic directional derivatives but a much
-        smaller graph (faster to compile and to evaluate).
+        smaller graph (faster to compile and to evaluate); with two predictors per row
+        (:func:`pymc_subsample.glm.detect_location_scale_terms`) the same in ``(μ_i, λ_i)``.
 
     Attributes
     ----------
@@ -177,7 +178,12 @@ class TaylorControlVariate:
         if sums is None:
             sums = loglik_sums(likelihood, self.theta_hat)
         self.loglik_hat, self.grad_sum, self.hess_sum = sums
-        graph = self._glm_remainder_graph(glm_terms) if glm_terms else self._remainder_graph()
+        if not glm_terms:
+            graph = self._remainder_graph()
+        elif isinstance(glm_terms[0], LocationScaleTerm):
+            graph = self._location_scale_remainder_graph(glm_terms)
+        else:
+            graph = self._glm_remainder_graph(glm_terms)
         self._xi_fn = likelihood.compile(
             [likelihood.theta, likelihood.theta_new, likelihood.idx], graph
         )
@@ -222,6 +228,31 @@ class TaylorControlVariate:
             step = f1 * (u_new - u)
             if self.order == 2:
                 step = step + 0.5 * f2 * (u_new**2 - u**2)
+            xi = xi + (f_new - f_cur - step) / lik.temperature
+        return xi
+
+    def _location_scale_remainder_graph(self, terms):
+        """``ξ_i`` for rows with two affine predictors ``p = (μ, λ)``: ``f(p'_i) − f(p_i)`` minus
+        the Taylor terms in ``p`` at ``p̂_i``, which equal those in ``θ`` because ``p`` is affine
+        (:func:`pymc_subsample.glm.location_scale_terms`, checked against the model's
+        likelihood by the data pass)."""
+        lik = self.likelihood
+        theta_hat = pt.constant(self.theta_hat, name="theta_hat")
+        xi = 0.0
+        for term in terms:
+            cur = (term.mu, term.log_sigma)
+            new = tuple(lik.at(v, lik.theta_new) for v in cur)
+            hat = tuple(lik.at(v, theta_hat) for v in cur)
+            f_cur = location_scale_terms(term, *cur)[0]
+            f_new = location_scale_terms(term, *new)[0]
+            _, (g1, g2), (h11, h12, h22) = location_scale_terms(term, *hat)
+            (u, v), (u_new, v_new) = ((a - b for a, b in zip(p, hat, strict=True))
+                                      for p in (cur, new))
+            step = g1 * (u_new - u) + g2 * (v_new - v)
+            if self.order == 2:
+                quad_new = h11 * u_new**2 + 2.0 * h12 * u_new * v_new + h22 * v_new**2
+                quad_cur = h11 * u**2 + 2.0 * h12 * u * v + h22 * v**2
+                step = step + 0.5 * (quad_new - quad_cur)
             xi = xi + (f_new - f_cur - step) / lik.temperature
         return xi
 

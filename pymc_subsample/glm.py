@@ -22,7 +22,7 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import Rop
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import vectorize_graph
+from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors
@@ -48,19 +48,22 @@ from pymc_subsample.frame import LaplaceFrame
 from pymc_subsample.indexing import round_up_float32
 from pymc_subsample.likelihood import SubsampledLikelihood
 
-#: Outputs of the data pass per observed variable before the family's fixed parameters.
-_PIECES = 7
+#: Outputs of the data pass per observed variable before the family's fixed parameters (one
+#: predictor, :class:`GLMPass`; two, :class:`LocationScalePass`).
+_PIECES, _PIECES_TWO = 7, 12
 
 __all__ = [
     "GLMPass",
     "GLMTerm",
-    "LocationScaleConstants",
+    "LocationScalePass",
     "LocationScaleTerm",
     "PassResult",
     "detect_glm_terms",
     "detect_location_scale_terms",
     "family_terms",
     "glm_bound_constants",
+    "location_scale_terms",
+    "row_cosines",
 ]
 
 
@@ -262,6 +265,12 @@ class GLMPass:
         Passes over all N rows made so far (subsample passes do not count).
     """
 
+    #: Lemma 1's angle factors apply to ``M`` with these constants (one predictor per row)
+    sharp_angles = True
+    #: Compare the family's likelihood with the model's on the subsample passes too (the first
+    #: full pass always does)
+    check_subsamples = True
+
     def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
         self.lik = lik
         self.terms = detect_glm_terms(lik) if terms is None else terms
@@ -322,7 +331,9 @@ class GLMPass:
         For probit the model's rows are the likelihood layer's stable ``log Φ(±η)`` (PyMC's own
         ``log1p(−Φ(η))`` cancels: wrong beyond ``η ≈ 5``, ``-inf`` beyond 8.3).
         """
-        if model_sum == family_sum:  # also both -inf: a point outside the support, not a misread
+        if model_sum == family_sum or not (math.isfinite(model_sum) or math.isfinite(family_sum)):
+            # both -inf or NaN: a point outside the support (or where a scale overflows), not a
+            # misread
             return
         if not abs(model_sum - family_sum) <= self._family_rtol * (abs(model_sum) + n):
             raise SubsamplingModelError(
@@ -364,9 +375,9 @@ class GLMPass:
         # float32 rounded up (4 bytes a row, still bounds): pymc_subsample.indexing
         consts = np.zeros(lik.n_rows, dtype=np.float32) if order is not None else None
         # the family's f is compared with the model's likelihood on every row once: on the
-        # subsample passes and the first full pass; f is a function of (η_i, y_i) alone, so
-        # later passes only change η
-        check = self.n_passes == 0
+        # subsample passes (unless check_subsamples is off) and the first full pass; f is a
+        # function of (η_i, y_i) alone, so later passes only change η
+        check = self.n_passes == 0 and (full_data or self.check_subsamples)
         # one BLAS thread: the products are thin (chunk × d), and a threaded BLAS on a busy or
         # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
         with threadpool_limits(limits=1, user_api="blas"):
@@ -589,62 +600,131 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
     return found
 
 
-class LocationScaleConstants:
-    """Whitened MHSS constants of location–scale rows with a sampled σ, valid on ``‖φ‖ ≤ r``.
+def location_scale_terms(
+    term: LocationScaleTerm, first: Variable, log_scale: Variable
+) -> tuple[Variable, tuple[Variable, Variable], tuple[Variable, Variable, Variable]]:
+    """``f``, its gradient ``(f_1, f_2)`` and Hessian ``(f_11, f_12, f_22)`` in the two
+    predictors, per row, as float64 graphs of given predictor values.
 
-    One compiled function of ``(θ, idx)`` gives each row's two predictor rows ``∂μ_i/∂θ``,
-    ``∂λ_i/∂θ`` (``λ = log σ``), ``μ_i``, ``λ_i``, ``y_i`` and the fixed parameters;
-    :meth:`row_constants` makes one chunked pass at ``θ̂`` (counted in ``n_passes``) and
-    applies the family's :meth:`~pymc_subsample.bounds.LocationScaleFamily.row_constants`.
+    The family's row log-density (:meth:`~pymc_subsample.bounds.LocationScaleFamily.logp`)
+    differentiated elementwise: each row's ``f`` depends on its own two predictors only, so the
+    gradient of ``Σ f`` in the vector of first predictors is the per-row ``f_1``, and so on.
     """
+    m = pt.vector("first", dtype="float64")
+    lam = pt.vector("log_scale", dtype="float64")
+    f = term.family.logp(m, lam, pt.cast(term.y, "float64"), *term.params)
+    f = pt.cast(pt.broadcast_to(f, m.shape), "float64")
+    f1, f2 = pt.grad(f.sum(), [m, lam], disconnected_inputs="ignore")
+    f11, f12 = pt.grad(f1.sum(), [m, lam], disconnected_inputs="ignore")
+    f22 = pt.grad(f2.sum(), lam, disconnected_inputs="ignore")
+    out = graph_replace([f, f1, f2, f11, f12, f22],
+                        {m: pt.cast(first, "float64"), lam: pt.cast(log_scale, "float64")},
+                        strict=False)
+    return out[0], (out[1], out[2]), (out[3], out[4], out[5])
+
+
+class LocationScalePass(GLMPass):
+    """:class:`GLMPass` for rows with two predictors: a location and ``λ = log σ``.
+
+    One compiled function of ``(θ, idx)`` gives, per chunk, each row's predictor rows
+    ``∂μ_i/∂θ`` and ``∂λ_i/∂θ`` (autodiff, checked free of ``θ``) and the family's gradient and
+    Hessian in ``(μ, λ)`` (:func:`location_scale_terms`); NumPy's BLAS then forms
+    ``Σ ∇ℓ_i = Σ (f_1 a_μ + f_2 a_λ)`` and ``Σ ∇²ℓ_i = Σ (f_11 a_μa_μᵀ + f_12 (a_μa_λᵀ + a_λa_μᵀ)
+    + f_22 a_λa_λᵀ)``, and, given a whitening and an order, the region constants of
+    :meth:`~pymc_subsample.bounds.LocationScaleFamily.row_constants` with the angle between the
+    two whitened rows (:func:`row_cosines`), which scales the mixed terms. The same pass thus
+    gives the reference fit's sums and the constants, several times faster to compile and run
+    than the generic autodiff Hessian. The constants hold on ``‖φ‖ ≤ r`` only, for ``M`` without
+    Lemma 1's angle factors (:attr:`sharp_angles` is ``False``).
+    """
+
+    sharp_angles = False
+    # the subsample Newton steps may send a scale to where both likelihoods lose all precision
+    # (values near -1e223, or NaN): the check waits for the first full pass, near the mode
+    check_subsamples = False
 
     def __init__(self, lik: SubsampledLikelihood, terms: list[LocationScaleTerm]) -> None:
         self.lik, self.terms = lik, terms
+        check, zero = pt.scalar("check", dtype="bool"), pt.constant(0.0, dtype="float64")
         outputs = []
-        for term in terms:
+        for term, model_terms in zip(terms, lik.block_terms, strict=True):
+            f, grad, hess = location_scale_terms(term, term.mu, term.log_sigma)
             outputs += [
+                ifelse(check, pt.cast(model_terms, "float64").sum(), zero),
+                f.sum(),
                 term.mu_rows,
                 term.log_sigma_rows,
+                *grad,
+                *hess,
                 pt.cast(term.mu, "float64"),
                 pt.cast(term.log_sigma, "float64"),
                 pt.cast(term.y, "float64"),
                 *term.params,
             ]
-        self._fn = lik.compile([lik.theta, lik.idx], outputs)
-        self.region_radius = region_radius(lik.dim)
+        self._widths = [_PIECES_TWO + len(t.params) for t in terms]
+        self._fn = lik.compile([lik.theta, lik.idx, check], outputs)
+        float64 = all(v.dtype == "float64" for v in lik.value_vars)
+        self._family_rtol = 1e-8 if float64 else 1e-4
         self.n_passes = 0
+        self.region_radius = region_radius(lik.dim)
 
-    def row_constants(self, theta_hat: np.ndarray, frame: LaplaceFrame, order: int) -> np.ndarray:
-        """``c_i`` for all N rows, divided by the temperature (one pass over the data).
-
-        Stored as float32 rounded up (:func:`pymc_subsample.indexing.round_up_float32`).
-        """
-        lik = self.lik
-        consts = np.zeros(lik.n_rows, dtype=np.float32)
-        with threadpool_limits(limits=1, user_api="blas"):
-            for chunk, cb in lik.map_row_blocks(self, "_block", theta_hat, frame, order):
-                consts[chunk] = cb
-        self.n_passes += 1
-        return consts
-
-    def _block(self, chunk: np.ndarray, theta_hat: np.ndarray, frame: LaplaceFrame,
-               order: int) -> np.ndarray:
-        """One block of :meth:`LocationScaleConstants.row_constants`: the ``c_i`` of ``chunk``."""
-        lik = self.lik
-        out, start, n = self._fn(theta_hat, chunk), 0, len(chunk)
-        chunk_consts = 0.0
-        for term in self.terms:
-            width = 5 + len(term.params)
-            x_mu, x_ls, mu, log_sigma, y, *params = out[start : start + width]
+    def rows(self, theta, idx, *, check=True):
+        """``(Σ ℓ_i, [(a_μ, a_λ, (f_1, f_2), (f_11, f_12, f_22), μ, λ, y, κ) per variable])``
+        on the rows ``idx``, the family's sum checked against the model's (as
+        :meth:`GLMPass.rows`)."""
+        out = self._fn(theta, idx, np.bool_(check))
+        n, dim = len(idx), self.lik.dim
+        total, pieces, start = 0.0, [], 0
+        for term, width in zip(self.terms, self._widths, strict=True):
+            model_sum, family_sum, x_mu, x_ls, f1, f2, f11, f12, f22, mu, ls, y, *params = (
+                out[start : start + width])
             start += width
-            s_mu = _row_norms(frame.whiten_rows(np.asarray(x_mu).reshape(n, -1)))
-            s_ls = _row_norms(frame.whiten_rows(
-                np.broadcast_to(np.asarray(x_ls).reshape(-1, lik.dim), (n, lik.dim))))
-            chunk_consts = chunk_consts + term.family.row_constants(
-                order, s_mu, s_ls, y, mu, log_sigma, self.region_radius, *params
-            )
-        return round_up_float32(chunk_consts / lik.temperature)
+            # a scale that under- or overflows (a Newton step that overshoots) makes the
+            # family's f NaN where the model's is -inf: zero density either way
+            family_sum = float(family_sum) if not np.isnan(family_sum) else -np.inf
+            if check:
+                self._check_family(term, float(model_sum), family_sum, n)
+            total += family_sum
+            x_mu = np.asarray(x_mu).reshape(n, dim)
+            # a predictor the same on every row (one σ for all) comes out as a single row
+            x_ls = np.broadcast_to(np.asarray(x_ls).reshape(-1, dim), (n, dim))
+            pieces.append((x_mu, x_ls, (f1, f2), (f11, f12, f22), mu, ls, y, tuple(params)))
+        return total / self.lik.temperature, pieces
+
+    def _block(self, chunk, theta, check, order, whiten_rows):
+        """One block of :meth:`GLMPass.full`: ``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i, c_i or None)``."""
+        s, pieces = self.rows(theta, chunk, check=check)
+        if order is not None and whiten_rows is None:
+            raise ValueError("two-predictor constants hold on a region of the Laplace frame "
+                             "only: pass whiten_rows")
+        gb, hb, cb = 0.0, 0.0, 0.0
+        with np.errstate(over="ignore", invalid="ignore"):
+            for term, (x_mu, x_ls, (f1, f2), (f11, f12, f22), mu, ls, y, params) in zip(
+                    self.terms, pieces, strict=True):
+                gb = gb + x_mu.T @ f1 + x_ls.T @ f2
+                cross = x_mu.T @ (f12[:, None] * x_ls)
+                hb = (hb + x_mu.T @ (f11[:, None] * x_mu) + cross + cross.T
+                      + x_ls.T @ (f22[:, None] * x_ls))
+                if order is not None:
+                    xt_mu, xt_ls = whiten_rows(x_mu), whiten_rows(x_ls)
+                    s_mu, s_ls = _row_norms(xt_mu), _row_norms(xt_ls)
+                    cb = cb + term.family.row_constants(
+                        order, s_mu, s_ls, y, mu, ls, self.region_radius, *params,
+                        cos=row_cosines(xt_mu, xt_ls, s_mu, s_ls),
+                    )
+        cb = round_up_float32(cb / self.lik.temperature) if order is not None else None
+        return s, gb, hb, cb
 
 
 def _row_norms(rows: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("ij,ij->i", rows, rows))
+
+
+def row_cosines(first: np.ndarray, second: np.ndarray, s_first: np.ndarray,
+                s_second: np.ndarray) -> np.ndarray:
+    """Cosine of the angle between two whitened predictor rows, row by row (1 where a row is
+    zero: its terms vanish whatever the factor)."""
+    dots = np.einsum("ij,ij->i", first, second)
+    norms = s_first * s_second
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norms > 0.0, dots / norms, 1.0)

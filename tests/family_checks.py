@@ -142,8 +142,8 @@ class TwoPredictors:
     """The two predictors of the pair-test rows when ``θ = (b, λ)``, ``λ`` a scalar last.
 
     ``first`` (rows × d) and ``second`` (d,) are their derivatives in θ, ``first_hat`` and
-    ``second_hat`` their values at θ̂, ``xt_first``/``xt_second`` the whitened derivatives and
-    ``s_first``/``s_second`` their lengths per row.
+    ``second_hat`` their values at θ̂, ``xt_first``/``xt_second`` the whitened derivatives,
+    ``s_first``/``s_second`` their lengths per row and ``cos`` the cosine of their angle.
     """
 
     first: np.ndarray
@@ -154,6 +154,7 @@ class TwoPredictors:
     xt_second: np.ndarray
     s_first: np.ndarray
     s_second: np.ndarray
+    cos: np.ndarray
 
 
 def two_predictors(X: np.ndarray, step, last_in_first: float = 0.0) -> TwoPredictors:
@@ -163,9 +164,10 @@ def two_predictors(X: np.ndarray, step, last_in_first: float = 0.0) -> TwoPredic
     second = np.zeros(dim)
     second[-1] = 1.0
     xt_first, xt_second = frame.whiten_rows(first), frame.whiten_rows(second[None, :])[0]
+    s_first, s_second = np.linalg.norm(xt_first, axis=1), np.linalg.norm(xt_second)
     return TwoPredictors(first, second, first @ frame.theta_hat, float(frame.theta_hat[-1]),
-                         xt_first, xt_second, np.linalg.norm(xt_first, axis=1),
-                         np.full(len(X), np.linalg.norm(xt_second)))
+                         xt_first, xt_second, s_first, np.full(len(X), s_second),
+                         xt_first @ xt_second / (s_first * s_second))
 
 
 def check_written_derivatives(f: Callable, rows: TwoPredictors, grad: tuple,

@@ -374,6 +374,45 @@ def test_angle_factors_are_the_exact_lemma1_maxima():
         assert remainder._d2(abs(omega)) == pytest.approx(m2, rel=1e-8)
 
 
+@pytest.mark.parametrize("a, b", [(2, 0), (0, 2), (1, 1), (3, 0), (2, 1), (1, 2), (0, 3)])
+def test_angle_factor_is_the_largest_monomial_on_the_unit_circle(a, b):
+    """angle_factor(a, b, ω) = max over unit u of |u.p|^a |u.q|^b for unit p, q at cos ω (brute
+    force in 2-d, where the maximum lies: only u's projection on span(p, q) counts)."""
+    phi = np.linspace(0.0, np.pi, 100001)
+    u = np.stack([np.cos(phi), np.sin(phi)])
+    omegas = np.linspace(-1.0, 1.0, 41)
+    factors = remainder.angle_factor(a, b, omegas)
+    for omega, factor in zip(omegas, factors, strict=True):
+        p = np.array([1.0, 0.0])
+        q = np.array([omega, math.sqrt(max(0.0, 1.0 - omega**2))])
+        brute = np.max(np.abs(p @ u) ** a * np.abs(q @ u) ** b)
+        assert brute <= factor <= brute * (1.0 + 1e-8)
+
+
+def test_combined_partials_bound_the_directional_derivative_polynomial():
+    """combine_partials with angle factors bounds Σ C(k+1, a) S_ab |u.x1|^a |u.x2|^b for every
+    unit u (random rows in 6-d, 2000 directions each), and is at most the factor-free sum."""
+    from pymc_subsample.bounds.family import combine_partials
+
+    rng = np.random.default_rng(5)
+    for order in (1, 2):
+        k = order + 1
+        for _ in range(50):
+            x1, x2 = rng.normal(size=6) * rng.exponential(), rng.normal(size=6)
+            if rng.random() < 0.3:  # nearly parallel rows
+                x2 = x1 * rng.normal() + 1e-3 * x2
+            s1, s2 = np.linalg.norm(x1), np.linalg.norm(x2)
+            sup = {(a, k - a): rng.exponential() for a in range(k + 1)}
+            u = rng.normal(size=(2000, 6))
+            u /= np.linalg.norm(u, axis=1, keepdims=True)
+            p, q = np.abs(u @ x1), np.abs(u @ x2)
+            poly = sum(math.comb(k, a) * sup[(a, k - a)] * p**a * q ** (k - a)
+                       for a in range(k + 1))
+            bound = combine_partials(order, sup, s1, s2, x1 @ x2 / (s1 * s2))
+            plain = combine_partials(order, sup, s1, s2)
+            assert poly.max() <= bound * (1.0 + 1e-12) and bound <= plain * (1.0 + 1e-12)
+
+
 def test_remainder_scale_known_values():
     theta_hat = np.zeros(2)
     theta, theta_p = np.array([1.0, 0.0]), np.array([1.0, 1.0])

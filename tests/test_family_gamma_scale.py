@@ -83,7 +83,8 @@ def _check_bound_on_random_pairs(X, y, step, order):
                      - alpha * polygamma(1, alpha)))[:, None]
     check_written_derivatives(f, rows, (g_eta, g_lam), h_ll)
     consts = gamma_scale_row_constants(order, rows.s_first, rows.s_second, y, eta_hat,
-                                       np.full(len(y), lam_hat), step.region_radius)
+                                       np.full(len(y), lam_hat), step.region_radius,
+                                       rows.cos)
     check_two_predictor_pairs(step, rows, f, (g_eta, g_lam), (h_ee, h_el, h_ll), consts, order)
 
 

@@ -69,7 +69,8 @@ def _check_bound_on_random_pairs(X, y, step, order):
     h_ll = g_l + (alpha**2 * (polygamma(1, y + alpha) - polygamma(1, alpha)))[:, None]
     check_written_derivatives(f, rows, (g_t, g_l), h_ll)
     consts = negative_binomial_scale_row_constants(order, rows.s_first, rows.s_second, y, t_hat,
-                                                   np.full(len(y), l_hat), step.region_radius)
+                                                   np.full(len(y), l_hat), step.region_radius,
+                                                   rows.cos)
     check_two_predictor_pairs(step, rows, f, (g_t, g_l), (h_tt, h_tl, h_ll), consts, order)
 
 

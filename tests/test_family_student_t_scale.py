@@ -79,7 +79,8 @@ def _check_bound_on_random_pairs(X, y, step, order):
     h_ll = ((NU + 1) * -2 * q**2 / (1 + q**2) ** 2)[:, None]
     check_written_derivatives(f, rows, (g_mu, g_ls))
     consts = student_t_scale_row_constants(order, rows.s_first, rows.s_second,
-                                           np.full(len(y), ls_hat), step.region_radius, NU)
+                                           np.full(len(y), ls_hat), step.region_radius, NU,
+                                           rows.cos)
     check_two_predictor_pairs(step, rows, f, (g_mu, g_ls), (h_mm, h_ml, h_ll), consts, order)
 
 

@@ -32,11 +32,12 @@ import numpy as np
 from pytensor.graph.basic import Variable
 from pytensor.tensor.elemwise import Elemwise
 
-from pymc_subsample.bounds.remainder import check_order
+from pymc_subsample.bounds.remainder import angle_factor, check_order
 
 __all__ = [
     "Family",
     "LocationScaleFamily",
+    "combine_partials",
     "family",
     "location_scale_families",
     "register",
@@ -182,10 +183,9 @@ class LocationScaleFamily:
     """A family with two predictors per row: a location ``μ`` and ``λ = log σ``, both affine.
 
     Its constants (:meth:`row_constants`) bound the ``(k+1)``-th directional derivative of a
-    row in the Laplace frame by ``Σ_{a+b=k+1} C(k+1, a) sup|∂^a_μ ∂^b_λ f| s_μ^a s_λ^b``
-    (Cauchy–Schwarz on each predictor's whitened row), the suprema taken over the box the
-    region ``‖φ‖ ≤ r`` allows; ``M`` then goes without Lemma 1's angle factors
-    (``remainder_scale(..., sharp=False)``).
+    row in the Laplace frame by :func:`combine_partials` of the suprema of its partial
+    derivatives over the box the region ``‖φ‖ ≤ r`` allows; ``M`` then goes without Lemma 1's
+    angle factors (``remainder_scale(..., sharp=False)``): the derivative is not of rank one.
 
     Class attributes
     ----------------
@@ -210,6 +210,12 @@ class LocationScaleFamily:
         """
         raise NotImplementedError
 
+    def logp(self, first: Variable, log_scale: Variable, y: Variable,
+             *params: Variable) -> Variable:
+        """The row log-density as a PyTensor graph of the two predictors (the one-predictor
+        family's ``f`` with its fixed parameter made ``exp(log_scale)``)."""
+        raise NotImplementedError
+
     def row_constants(
         self,
         order: int,
@@ -220,9 +226,64 @@ class LocationScaleFamily:
         log_sigma_hat: np.ndarray,
         radius: float,
         *params: np.ndarray,
+        cos: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Whitened ``c_i`` valid on ``‖φ‖ ≤ radius``."""
+        """Whitened ``c_i`` valid on ``‖φ‖ ≤ radius``.
+
+        ``cos`` is the cosine of the angle between each row's two whitened predictor rows
+        (:func:`combine_partials`); ``None``: no angle factors (any angle).
+        """
         raise NotImplementedError
+
+
+def combine_partials(
+    order: int,
+    suprema: dict[tuple[int, int], np.ndarray],
+    s_first: np.ndarray,
+    s_second: np.ndarray,
+    cos: np.ndarray | None = None,
+) -> np.ndarray:
+    r"""A row's constant from the suprema of its partials in two predictors.
+
+    Along a unit direction ``u`` of the Laplace frame the ``(k+1)``-th derivative of
+    ``f(p_1, p_2)``, ``p_j`` affine with whitened rows ``\tilde x_j``, is
+    ``Σ_{a+b=k+1} C(k+1, a) ∂^a_1 ∂^b_2 f (\tilde x_1^\top u)^a (\tilde x_2^\top u)^b``, so
+
+    .. math::
+
+        c_i = \sum_{a+b=k+1} \binom{k+1}{a} S_{a,b}\, s_1^a s_2^b\, D_{a,b}(\omega_i)
+
+    bounds it on the box where ``|∂^a_1 ∂^b_2 f| ≤ S_{a,b}``: ``s_j = \lVert\tilde x_j\rVert``,
+    ``ω_i = \cos\angle(\tilde x_1, \tilde x_2)`` and ``D_{a,b}`` the largest
+    ``|u^\top \hat x_1|^a |u^\top \hat x_2|^b`` over unit ``u``
+    (:func:`~pymc_subsample.bounds.remainder.angle_factor`, Lemma 1 of Prado et al. 2024): 1 for
+    the pure terms; for the mixed ones 1 when the rows are parallel, down to 1/2 (``a = b = 1``)
+    and 2/(3√3) ≈ 0.385 (``a + b = 3``) when they are orthogonal.
+    Each term is maximised over ``u`` on its own, so the sum bounds the maximum of the sum. The
+    derivative is a symmetric tensor, whose norm is the supremum on the diagonal (Banach), so
+    ``c_i`` also bounds it on distinct directions, as ``M`` without angle factors needs.
+
+    Parameters
+    ----------
+    order : {1, 2}
+    suprema : dict
+        ``{(a, b): S_{a,b}}`` for ``a + b = order + 1``, per row.
+    s_first, s_second : ndarray
+        Lengths of the two whitened predictor rows.
+    cos : ndarray, optional
+        ``ω_i``; ``None`` takes ``D = 1`` (Cauchy–Schwarz on each factor).
+    """
+    check_order(order)
+    s1 = np.asarray(s_first, dtype=np.float64)
+    s2 = np.asarray(s_second, dtype=np.float64)
+    k = order + 1
+    total = 0.0
+    for a in range(k + 1):
+        term = math.comb(k, a) * suprema[(a, k - a)] * s1**a * s2 ** (k - a)
+        if cos is not None:
+            term = term * angle_factor(a, k - a, cos)
+        total = total + term
+    return total
 
 
 #: Every registered family by name (one- and two-predictor), in the order the model layer's

@@ -49,6 +49,7 @@ from scipy.special import digamma, gammaln, polygamma
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
+    combine_partials,
     register,
 )
 from pymc_subsample.bounds.remainder import check_region
@@ -156,9 +157,11 @@ def gamma_scale_row_constants(
     eta_hat: np.ndarray,
     log_alpha_hat: np.ndarray,
     radius: float,
+    cos: np.ndarray | None = None,
 ) -> np.ndarray:
     """Whitened constants of Gamma rows with a sampled shape, on ``‖φ‖ ≤ r``:
-    ``Σ_{a+b=k+1} C(k+1, a) S_{a,b} s_η^a s_λ^b`` with :func:`gamma_scale_suprema` on the
+    :func:`~pymc_subsample.bounds.family.combine_partials` (``Σ_{a+b=k+1} C(k+1, a) S_{a,b}
+    s_η^a s_λ^b`` times angle factors for ``cos``) with :func:`gamma_scale_suprema` on the
     region's box, for use with ``M`` without Lemma 1's angle factors."""
     check_region(order, radius)
     s1 = np.asarray(s_eta, dtype=np.float64)
@@ -167,8 +170,7 @@ def gamma_scale_row_constants(
     lam_hat = np.asarray(log_alpha_hat, dtype=np.float64)
     sup = gamma_scale_suprema(order, y, (eta_hat - radius * s1, eta_hat + radius * s1),
                               (lam_hat - radius * s2, lam_hat + radius * s2))
-    k = order + 1
-    return sum(math.comb(k, a) * sup[(a, k - a)] * s1**a * s2 ** (k - a) for a in range(k + 1))
+    return combine_partials(order, sup, s1, s2, cos)
 
 
 @register
@@ -183,6 +185,10 @@ class GammaScale(LocationScaleFamily):
         alpha, scale = dist_params
         return pt.log(alpha * scale), alpha, ()
 
-    def row_constants(self, order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius):
+    def logp(self, first, log_scale, y):
+        return GammaLog().terms(first, y, pt.exp(log_scale))[0]
+
+    def row_constants(self, order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius, *,
+                      cos=None):
         return gamma_scale_row_constants(order, s_eta, s_log_alpha, y, eta_hat,
-                                         log_alpha_hat, radius)
+                                         log_alpha_hat, radius, cos)

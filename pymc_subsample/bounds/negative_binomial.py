@@ -54,6 +54,7 @@ from scipy.special import expit, gammaln
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
+    combine_partials,
     register,
     scalar_op,
 )
@@ -143,21 +144,21 @@ def negative_binomial_scale_row_constants(
     t_hat: np.ndarray,
     log_alpha_hat: np.ndarray,
     radius: float,
+    cos: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Whitened constants of negative binomial rows with a sampled dispersion, on ``‖φ‖ ≤ r``.
 
-    ``c_i = Σ_{a+b=k+1} C(k+1, a) S_{a,b} s_t^a s_λ^b`` with the predictors
-    ``t = η − log α`` and ``λ = log α`` and :func:`scale_suprema` on the region's box (module
-    docstring); for use with ``M`` without Lemma 1's angle factors.
+    :func:`~pymc_subsample.bounds.family.combine_partials` (``Σ_{a+b=k+1} C(k+1, a) S_{a,b}
+    s_t^a s_λ^b`` times angle factors for ``cos``) with the predictors ``t = η − log α`` and
+    ``λ = log α`` and :func:`scale_suprema` on the region's box (module docstring); for use with
+    ``M`` without Lemma 1's angle factors.
     """
     check_region(order, radius)
     s1 = np.asarray(s_t, dtype=np.float64)
     s2 = np.asarray(s_log_alpha, dtype=np.float64)
     alpha_upper = np.exp(np.asarray(log_alpha_hat, dtype=np.float64) + radius * s2)
     t_upper = np.asarray(t_hat, dtype=np.float64) + radius * s1
-    sup = scale_suprema(order, y, t_upper, alpha_upper)
-    k = order + 1
-    return sum(math.comb(k, a) * sup[(a, k - a)] * s1**a * s2 ** (k - a) for a in range(k + 1))
+    return combine_partials(order, scale_suprema(order, y, t_upper, alpha_upper), s1, s2, cos)
 
 
 @register
@@ -178,6 +179,10 @@ class NegativeBinomialScale(LocationScaleFamily):
             return None
         return pt.log(mu) - pt.log(n), n, ()
 
-    def row_constants(self, order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius):
+    def logp(self, first, log_scale, y):
+        return NegativeBinomialLog().terms(first + log_scale, y, pt.exp(log_scale))[0]
+
+    def row_constants(self, order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius, *,
+                      cos=None):
         return negative_binomial_scale_row_constants(order, s_t, s_log_alpha, y, t_hat,
-                                                     log_alpha_hat, radius)
+                                                     log_alpha_hat, radius, cos)

@@ -18,6 +18,7 @@ from pytensor.tensor.random.basic import NormalRV
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
+    combine_partials,
     register,
 )
 from pymc_subsample.bounds.remainder import check_region
@@ -62,6 +63,7 @@ def normal_scale_row_constants(
     abs_resid_hat: np.ndarray,
     log_sigma_hat: np.ndarray,
     radius: float,
+    cos: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Whitened constants of a Normal row with sampled σ, valid on ``R = {‖φ‖ ≤ r}``.
 
@@ -72,20 +74,19 @@ def normal_scale_row_constants(
     :math:`f_{\mu\mu} = -e^{-2\lambda}`, :math:`f_{\mu\lambda} = -2\rho e^{-2\lambda}`,
     :math:`f_{\lambda\lambda} = -2\rho^2 e^{-2\lambda}`, :math:`f_{\mu\mu\mu} = 0`,
     :math:`f_{\mu\mu\lambda} = 2e^{-2\lambda}`, :math:`f_{\mu\lambda\lambda} = 4\rho e^{-2\lambda}`,
-    :math:`f_{\lambda\lambda\lambda} = 4\rho^2 e^{-2\lambda}`. A k-th directional derivative of
-    the row along ``v`` in φ is a sum over ordered k-tuples of predictors of
-    :math:`f_{j\ldots}\prod (\tilde a_j^\top v)`, each factor at most :math:`s_j\lVert v\rVert`
-    (Cauchy–Schwarz), so Theorem 2 of Prado et al. (2024) holds with
+    :math:`f_{\lambda\lambda\lambda} = 4\rho^2 e^{-2\lambda}`. On ``R`` they are at most
+    :math:`E_i = e^{-2\hat\lambda_i + 2 r s_\lambda}` times :math:`1, 2P_i, 2P_i^2` (order 1)
+    and :math:`0, 2, 4P_i, 4P_i^2` (order 2) in the order of
+    :func:`~pymc_subsample.bounds.family.combine_partials`, with
+    :math:`P_i = |y_i - \hat\mu_i| + r s_\mu`; without angle factors (``cos=None``)
 
     .. math::
 
         c_i^{(1)} = E_i\,(s_\mu^2 + 4 P_i s_\mu s_\lambda + 2 P_i^2 s_\lambda^2), \qquad
         c_i^{(2)} = E_i\,(6 s_\mu^2 s_\lambda + 12 P_i s_\mu s_\lambda^2 + 4 P_i^2 s_\lambda^3),
 
-    :math:`E_i = e^{-2\hat\lambda_i + 2 r s_\lambda}` and
-    :math:`P_i = |y_i - \hat\mu_i| + r s_\mu` (the suprema over ``R``), and the angle factors
-    of ``M`` set to 1 (``remainder_scale(..., sharp=False)``): Lemma 1's sharper factors assume
-    one direction per row.
+    for ``M`` without Lemma 1's angle factors (``remainder_scale(..., sharp=False)``). ``cos``:
+    the cosine of the angle between the two whitened rows, which scales the mixed terms.
     """
     check_region(order, radius)
     s1 = np.asarray(s_mu, dtype=np.float64)
@@ -93,8 +94,11 @@ def normal_scale_row_constants(
     p = np.asarray(abs_resid_hat, dtype=np.float64) + radius * s1
     e = np.exp(-2.0 * np.asarray(log_sigma_hat, dtype=np.float64) + 2.0 * radius * s2)
     if order == 1:
-        return e * (s1**2 + 4.0 * p * s1 * s2 + 2.0 * p**2 * s2**2)
-    return e * (6.0 * s1**2 * s2 + 12.0 * p * s1 * s2**2 + 4.0 * p**2 * s2**3)
+        suprema = {(2, 0): e, (1, 1): 2.0 * p * e, (0, 2): 2.0 * p**2 * e}
+    else:
+        suprema = {(3, 0): 0.0 * e, (2, 1): 2.0 * e, (1, 2): 4.0 * p * e,
+                   (0, 3): 4.0 * p**2 * e}
+    return combine_partials(order, suprema, s1, s2, cos)
 
 
 @register
@@ -109,6 +113,10 @@ class NormalScale(LocationScaleFamily):
         mu, sigma = dist_params
         return mu, sigma, ()
 
-    def row_constants(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius):
+    def logp(self, first, log_scale, y):
+        return NormalIdentity().terms(first, y, pt.exp(log_scale))[0]
+
+    def row_constants(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, *,
+                      cos=None):
         return normal_scale_row_constants(order, s_mu, s_log_sigma, np.abs(y - mu_hat),
-                                          log_sigma_hat, radius)
+                                          log_sigma_hat, radius, cos)

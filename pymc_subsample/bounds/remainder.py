@@ -31,7 +31,14 @@ import math
 import numpy as np
 from scipy.stats import chi2
 
-__all__ = ["REGION_TAIL", "check_order", "check_region", "region_radius", "remainder_scale"]
+__all__ = [
+    "REGION_TAIL",
+    "angle_factor",
+    "check_order",
+    "check_region",
+    "region_radius",
+    "remainder_scale",
+]
 
 #: Probability, under the Laplace approximation, of a point outside the region (see
 #: :func:`region_radius`).
@@ -55,6 +62,26 @@ def _d2(abs_omega: float) -> float:
     """Lemma 1 angle factor for order 2: max over unit u of |u.h|(u.a)^2 for unit h, a."""
     c = math.sqrt(2.0 + 0.25 * abs_omega * abs_omega) - 0.5 * abs_omega
     return (2.0 + abs_omega * c) ** 1.5 / (c * _SQRT27)
+
+
+def angle_factor(a: int, b: int, abs_cos: np.ndarray | float) -> np.ndarray:
+    r"""``max |uᵀp̂|^a |uᵀq̂|^b`` over unit vectors ``u``, for unit ``p̂, q̂`` with
+    ``|cos∠(p̂, q̂)| = abs_cos`` and ``a + b ≤ 3``: Lemma 1's factors, elementwise.
+
+    ``D_1`` for ``(1, 1)``, ``D_2`` for ``(2, 1)`` and ``(1, 2)``, and 1 when ``a`` or ``b`` is
+    0 (Cauchy–Schwarz). Rows with two predictors use it on each mixed term of their
+    directional derivative (:func:`pymc_subsample.bounds.family.combine_partials`); the result
+    carries a relative margin of 1e-12 for the rounding of ``abs_cos``.
+    """
+    w = np.clip(np.abs(np.asarray(abs_cos, dtype=np.float64)), 0.0, 1.0)
+    if a == 0 or b == 0:
+        return np.ones_like(w)
+    if (a, b) == (1, 1):
+        return 0.5 * (1.0 + w) * (1.0 + 1e-12)
+    if (a, b) in ((2, 1), (1, 2)):
+        c = np.sqrt(2.0 + 0.25 * w * w) - 0.5 * w
+        return (2.0 + w * c) ** 1.5 / (c * _SQRT27) * (1.0 + 1e-12)
+    raise ValueError(f"angle factors are known for a + b <= 3 only, got ({a}, {b})")
 
 
 def remainder_scale(

@@ -47,6 +47,7 @@ from scipy.special import gammaln
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
+    combine_partials,
     register,
 )
 from pymc_subsample.bounds.remainder import check_region
@@ -104,8 +105,14 @@ def student_t_scale_row_constants(
     log_sigma_hat: np.ndarray,
     radius: float,
     nu: np.ndarray | float,
+    cos: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""Whitened constants of Student-t rows with fixed ν and sampled σ, on ``‖φ‖ ≤ r``.
+
+    :func:`~pymc_subsample.bounds.family.combine_partials` of
+    :math:`S_{a,b} = (\nu + 1) \bar P_{a,b} \bigl(e^{-(\hat\lambda_i - r s_{\lambda,i})}/\sqrt\nu
+    \bigr)^a`, :math:`\bar P_{a,b}` from :data:`SCALE_SUPREMA` (module docstring); without
+    angle factors (``cos=None``)
 
     .. math::
 
@@ -113,18 +120,16 @@ def student_t_scale_row_constants(
               \bigl(e^{-(\hat\lambda_i - r s_{\lambda,i})}/\sqrt\nu\bigr)^a
               s_{\mu,i}^a s_{\lambda,i}^b,
 
-    :math:`\bar P_{a,b}` from :data:`SCALE_SUPREMA` (module docstring), for use with ``M``
-    without Lemma 1's angle factors.
+    for use with ``M`` without Lemma 1's angle factors.
     """
     check_region(order, radius)
-    s1 = np.asarray(s_mu, dtype=np.float64)
     s2 = np.asarray(s_log_sigma, dtype=np.float64)
     nu = np.asarray(nu, dtype=np.float64)
     scale = np.exp(-(np.asarray(log_sigma_hat, dtype=np.float64) - radius * s2)) / np.sqrt(nu)
     k = order + 1
-    total = sum(math.comb(k, a) * SCALE_SUPREMA[(a, k - a)] * (scale * s1) ** a * s2 ** (k - a)
-                for a in range(k + 1))
-    return (nu + 1.0) * total
+    suprema = {(a, k - a): (nu + 1.0) * SCALE_SUPREMA[(a, k - a)] * scale**a
+               for a in range(k + 1)}
+    return combine_partials(order, suprema, s_mu, s2, cos)
 
 
 @register
@@ -140,5 +145,10 @@ class StudentTScale(LocationScaleFamily):
         nu, mu, sigma = dist_params
         return mu, sigma, (nu,)
 
-    def row_constants(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, nu):
-        return student_t_scale_row_constants(order, s_mu, s_log_sigma, log_sigma_hat, radius, nu)
+    def logp(self, first, log_scale, y, nu):
+        return StudentT().terms(first, y, nu, pt.exp(log_scale))[0]
+
+    def row_constants(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, nu, *,
+                      cos=None):
+        return student_t_scale_row_constants(order, s_mu, s_log_sigma, log_sigma_hat, radius, nu,
+                                             cos)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,9 +12,8 @@ import numpy as np
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.bounds import remainder_scale
-from pymc_subsample.control_variates import GenericPass
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import GLMPass, LocationScaleConstants, detect_location_scale_terms
+from pymc_subsample.glm import GLMPass, LocationScalePass, detect_location_scale_terms
 from pymc_subsample.indexing import WeightedIndexSampler
 from pymc_subsample.mhss import mhss_accept
 from pymc_subsample.steps.base import SubsamplingStep, SubsamplingStepState
@@ -141,29 +139,18 @@ class MHSS(SubsamplingStep):
         self.bound = bound
         #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
         self.region_radius = math.inf
-        #: Lemma 1's angle factors in M (one linear predictor per row); False for Normal rows
-        #: with a sampled σ (two predictors: Normal, Student-t)
+        #: Lemma 1's angle factors in M (one linear predictor per row); False for rows with
+        #: two predictors (a sampled σ, dispersion or shape)
         self.sharp_angles = True
-        self._location_scale: LocationScaleConstants | None = None
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
-        if bound is None and self._location_scale is not None:
-            # rows with a sampled σ (Normal, Student-t): one more pass, at θ̂, for their region
-            # constants
-            t0 = time.perf_counter()
-            consts = self._location_scale.row_constants(self.theta_hat, self.frame, cv_order)
-            self.setup_profile["row_constants_s"] = time.perf_counter() - t0
-            self.setup_profile["full_data_passes"] += 1
-            self.setup_profile["setup_s"] += self.setup_profile["row_constants_s"]
-            self._remainder_scale = self._whitened_remainder_scale
-            self.region_radius = self._location_scale.region_radius
-            self.sharp_angles = False
-        elif bound is None:
+        if bound is None:
             # whitened constants from the reference fit's last pass, M from whitened points
             consts = self.reference.row_constants
             self._remainder_scale = self._whitened_remainder_scale
             # families with unbounded derivatives: constants valid for ‖φ‖, ‖φ'‖ ≤ r only
             self.region_radius = self._reference_pass.region_radius
+            self.sharp_angles = self._reference_pass.sharp_angles
         else:
             consts = bound.row_constants
             if callable(consts):
@@ -238,8 +225,7 @@ class MHSS(SubsamplingStep):
             return super()._data_pass()
         terms = detect_location_scale_terms(self.likelihood)
         if terms:
-            self._location_scale = LocationScaleConstants(self.likelihood, terms)
-            return GenericPass(self.likelihood, exact_hessian=self.cv_order == 2)
+            return LocationScalePass(self.likelihood, terms)
         return GLMPass(self.likelihood)
 
     def _bound_order(self) -> int | None:
