@@ -48,10 +48,6 @@ from pymc_subsample.frame import LaplaceFrame
 from pymc_subsample.indexing import round_up_float32
 from pymc_subsample.likelihood import SubsampledLikelihood
 
-#: Outputs of the data pass per observed variable before the family's fixed parameters (one
-#: predictor, :class:`GLMPass`; two, :class:`LocationScalePass`).
-_PIECES, _PIECES_TWO = 7, 12
-
 __all__ = [
     "GLMPass",
     "GLMTerm",
@@ -274,37 +270,47 @@ class GLMPass:
     def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
         self.lik = lik
         self.terms = detect_glm_terms(lik) if terms is None else terms
-        outputs = []
-        # the model's own terms are only evaluated when asked for (a lazy branch)
-        check, zero = pt.scalar("check", dtype="bool"), pt.constant(0.0, dtype="float64")
-        for term, model_terms in zip(self.terms, lik.block_terms, strict=True):
-            f, f1, f2 = family_terms(term, term.eta)
-            outputs += [
-                ifelse(check, pt.cast(model_terms, "float64").sum(), zero),
-                f.sum(),
-                term.rows,
-                f1,
-                f2,
-                pt.cast(term.y, "float64"),
-                pt.cast(term.eta, "float64"),
-                *term.params,
-            ]
-        self._widths = [_PIECES + len(t.params) for t in self.terms]
-        self._fn = lik.compile([lik.theta, lik.idx, check], outputs)
-        # the model's terms and the family's f round differently, more so in float32 models
-        float64 = all(v.dtype == "float64" for v in lik.value_vars)
-        self._family_rtol = 1e-8 if float64 else 1e-4
-        self.n_passes = 0
+        self._compile_pass()
         #: ``r`` of the region ``‖φ‖ ≤ r`` on which the row constants hold (``inf``: globally)
         self.region_radius = (
             region_radius(lik.dim)
             if any(t.family.region_only for t in self.terms) else math.inf
         )
 
+    def _compile_pass(self) -> None:
+        """One function of ``(θ, idx, check)``: per observed variable the model's own ``Σ ℓ_i``
+        (only when ``check``, a lazy branch), then :meth:`_term_outputs` (the family's sum
+        first)."""
+        lik = self.lik
+        check, zero = pt.scalar("check", dtype="bool"), pt.constant(0.0, dtype="float64")
+        outputs, self._widths = [], []
+        for term, model_terms in zip(self.terms, lik.block_terms, strict=True):
+            term_outputs = [ifelse(check, pt.cast(model_terms, "float64").sum(), zero),
+                            *self._term_outputs(term)]
+            outputs += term_outputs
+            self._widths.append(len(term_outputs))
+        self._fn = lik.compile([lik.theta, lik.idx, check], outputs)
+        # the model's terms and the family's f round differently, more so in float32 models
+        float64 = all(v.dtype == "float64" for v in lik.value_vars)
+        self._family_rtol = 1e-8 if float64 else 1e-4
+        self.n_passes = 0
+
+    def _term_outputs(self, term: GLMTerm) -> list[Variable]:
+        """``Σ f``, then the rows ``x``, ``f'``, ``f''``, ``y``, ``η`` and the fixed parameters."""
+        f, f1, f2 = family_terms(term, term.eta)
+        return [f.sum(), term.rows, f1, f2, pt.cast(term.y, "float64"),
+                pt.cast(term.eta, "float64"), *term.params]
+
+    def _term_pieces(self, outputs: list, n: int) -> tuple:
+        """One variable's :meth:`_term_outputs` after ``Σ f`` as :meth:`rows` returns them."""
+        x, f1, f2, y, eta, *params = outputs
+        return np.asarray(x).reshape(n, -1), f1, f2, y, eta, tuple(params)
+
     def rows(
         self, theta: np.ndarray, idx: np.ndarray, *, check: bool = True
     ) -> tuple[float, list[tuple]]:
-        """Per-row pieces on the rows ``idx``: ``(Σ ℓ_i, [(x, f', f'', y, η, κ) per variable])``.
+        """Per-row pieces on the rows ``idx``: ``(Σ ℓ_i, [pieces per variable])``, the pieces
+        ``(x, f', f'', y, η, κ)`` here (:meth:`_term_pieces`).
 
         ``check=True`` also evaluates the model's own log-likelihood on these rows and
         compares its sum with the family's (:meth:`_check_family`).
@@ -317,12 +323,12 @@ class GLMPass:
         out = self._fn(theta, idx, np.bool_(check))
         total, pieces, start = 0.0, [], 0
         for term, width in zip(self.terms, self._widths, strict=True):
-            model_sum, family_sum, x, f1, f2, y, eta, *params = out[start : start + width]
+            model_sum, family_sum, *rest = out[start : start + width]
             start += width
             if check:
                 self._check_family(term, float(model_sum), float(family_sum), len(idx))
             total += float(family_sum)
-            pieces.append((np.asarray(x).reshape(len(idx), -1), f1, f2, y, eta, tuple(params)))
+            pieces.append(self._term_pieces(rest, len(idx)))
         return total / self.lik.temperature, pieces
 
     def _check_family(self, term: GLMTerm, model_sum: float, family_sum: float, n: int) -> None:
@@ -645,51 +651,30 @@ class LocationScalePass(GLMPass):
 
     def __init__(self, lik: SubsampledLikelihood, terms: list[LocationScaleTerm]) -> None:
         self.lik, self.terms = lik, terms
-        check, zero = pt.scalar("check", dtype="bool"), pt.constant(0.0, dtype="float64")
-        outputs = []
-        for term, model_terms in zip(terms, lik.block_terms, strict=True):
-            f, grad, hess = location_scale_terms(term, term.mu, term.log_sigma)
-            outputs += [
-                ifelse(check, pt.cast(model_terms, "float64").sum(), zero),
-                f.sum(),
-                term.mu_rows,
-                term.log_sigma_rows,
-                *grad,
-                *hess,
-                pt.cast(term.mu, "float64"),
-                pt.cast(term.log_sigma, "float64"),
-                pt.cast(term.y, "float64"),
-                *term.params,
-            ]
-        self._widths = [_PIECES_TWO + len(t.params) for t in terms]
-        self._fn = lik.compile([lik.theta, lik.idx, check], outputs)
-        float64 = all(v.dtype == "float64" for v in lik.value_vars)
-        self._family_rtol = 1e-8 if float64 else 1e-4
-        self.n_passes = 0
+        self._compile_pass()
         self.region_radius = region_radius(lik.dim)
 
-    def rows(self, theta, idx, *, check=True):
-        """``(Σ ℓ_i, [(a_μ, a_λ, (f_1, f_2), (f_11, f_12, f_22), μ, λ, y, κ) per variable])``
-        on the rows ``idx``, the family's sum checked against the model's (as
-        :meth:`GLMPass.rows`)."""
-        out = self._fn(theta, idx, np.bool_(check))
-        n, dim = len(idx), self.lik.dim
-        total, pieces, start = 0.0, [], 0
-        for term, width in zip(self.terms, self._widths, strict=True):
-            model_sum, family_sum, x_mu, x_ls, f1, f2, f11, f12, f22, mu, ls, y, *params = (
-                out[start : start + width])
-            start += width
-            # a scale that under- or overflows (a Newton step that overshoots) makes the
-            # family's f NaN where the model's is -inf: zero density either way
-            family_sum = float(family_sum) if not np.isnan(family_sum) else -np.inf
-            if check:
-                self._check_family(term, float(model_sum), family_sum, n)
-            total += family_sum
-            x_mu = np.asarray(x_mu).reshape(n, dim)
-            # a predictor the same on every row (one σ for all) comes out as a single row
-            x_ls = np.broadcast_to(np.asarray(x_ls).reshape(-1, dim), (n, dim))
-            pieces.append((x_mu, x_ls, (f1, f2), (f11, f12, f22), mu, ls, y, tuple(params)))
-        return total / self.lik.temperature, pieces
+    def _term_outputs(self, term: LocationScaleTerm) -> list[Variable]:
+        """``Σ f``, the predictor rows ``a_μ``, ``a_λ``, the gradient and Hessian in ``(μ, λ)``,
+        ``μ``, ``λ``, ``y`` and the fixed parameters."""
+        f, grad, hess = location_scale_terms(term, term.mu, term.log_sigma)
+        total = f.sum()
+        # a scale that under- or overflows (a Newton step that overshoots) makes the family's
+        # f NaN where the model's is -inf: zero density either way
+        total = pt.switch(pt.isnan(total), -np.inf, total)
+        return [total, term.mu_rows, term.log_sigma_rows, *grad, *hess,
+                pt.cast(term.mu, "float64"), pt.cast(term.log_sigma, "float64"),
+                pt.cast(term.y, "float64"), *term.params]
+
+    def _term_pieces(self, outputs: list, n: int) -> tuple:
+        """``(a_μ, a_λ, (f_1, f_2), (f_11, f_12, f_22), μ, λ, y, κ)``: :meth:`GLMPass.rows`
+        returns these per variable."""
+        x_mu, x_ls, f1, f2, f11, f12, f22, mu, ls, y, *params = outputs
+        dim = self.lik.dim
+        # a predictor the same on every row (one σ for all) comes out as a single row
+        x_ls = np.broadcast_to(np.asarray(x_ls).reshape(-1, dim), (n, dim))
+        return (np.asarray(x_mu).reshape(n, dim), x_ls, (f1, f2), (f11, f12, f22), mu, ls, y,
+                tuple(params))
 
     def _block(self, chunk, theta, check, order, whiten_rows):
         """One block of :meth:`GLMPass.full`: ``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i, c_i or None)``."""
