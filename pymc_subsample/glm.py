@@ -401,26 +401,32 @@ class GLMPass:
 
     def _block(self, chunk: np.ndarray, theta: np.ndarray, check: bool, order: int | None,
                whiten_rows: Callable | None):
-        """One block of :meth:`full`: ``(Σ ℓ_i, Σ f'x, Σ f''xxᵀ, c_i or None)`` on ``chunk``."""
+        """One block of :meth:`full`: ``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i, c_i or None)`` on ``chunk``."""
         s, pieces = self.rows(theta, chunk, check=check)
         gb, hb, cb = 0.0, 0.0, 0.0
         # a Newton step that overshoots (a log link) may overflow: its -inf value is enough
         with np.errstate(over="ignore", invalid="ignore"):
-            for term, (x, f1, f2, y, eta, params) in zip(self.terms, pieces, strict=True):
-                gb = gb + x.T @ f1
-                hb = hb + x.T @ (f2[:, None] * x)
+            for term, piece in zip(self.terms, pieces, strict=True):
+                g, h = self._term_sums(piece)
+                gb, hb = gb + g, hb + h
                 if order is not None:
-                    cb = cb + self._row_constants(term, order, x, y, eta, params, whiten_rows)
+                    cb = cb + self._row_constants(term, order, piece, whiten_rows)
         cb = round_up_float32(cb / self.lik.temperature) if order is not None else None
         return s, gb, hb, cb
 
-    def _row_constants(self, term, order, x, y, eta_hat, params, whiten_rows) -> np.ndarray:
+    def _term_sums(self, piece: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """One variable's ``Σ f'x`` and ``Σ f''xxᵀ`` on a block (:meth:`_term_pieces`)."""
+        x, f1, f2, *_ = piece
+        return x.T @ f1, x.T @ (f2[:, None] * x)
+
+    def _row_constants(self, term, order, piece, whiten_rows) -> np.ndarray:
         """``c_i`` of one variable's rows in a chunk (:meth:`Family.row_constants`).
 
         A region family's constants hold on ``‖φ‖ ≤ r`` of the Laplace frame, so only with
         whitened rows: with Euclidean ones the family itself refuses (no global bound). The
-        pass runs at ``θ̂`` itself, so ``eta_hat`` is ``η̂_i``.
+        pass runs at ``θ̂`` itself, so ``η`` is ``η̂_i``.
         """
+        x, _, _, y, eta_hat, params = piece
         whitened = whiten_rows is not None
         xt = whiten_rows(x) if whitened else x
         radius = self.region_radius if term.family.region_only and whitened else math.inf
@@ -676,29 +682,25 @@ class LocationScalePass(GLMPass):
         return (np.asarray(x_mu).reshape(n, dim), x_ls, (f1, f2), (f11, f12, f22), mu, ls, y,
                 tuple(params))
 
-    def _block(self, chunk, theta, check, order, whiten_rows):
-        """One block of :meth:`GLMPass.full`: ``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i, c_i or None)``."""
-        s, pieces = self.rows(theta, chunk, check=check)
-        if order is not None and whiten_rows is None:
+    def _term_sums(self, piece: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """``Σ (f_1 a_μ + f_2 a_λ)`` and ``Σ (f_11 a_μa_μᵀ + f_12 (a_μa_λᵀ + a_λa_μᵀ) +
+        f_22 a_λa_λᵀ)`` of one variable on a block."""
+        x_mu, x_ls, (f1, f2), (f11, f12, f22), *_ = piece
+        cross = x_mu.T @ (f12[:, None] * x_ls)
+        hess = x_mu.T @ (f11[:, None] * x_mu) + cross + cross.T + x_ls.T @ (f22[:, None] * x_ls)
+        return x_mu.T @ f1 + x_ls.T @ f2, hess
+
+    def _row_constants(self, term, order, piece, whiten_rows) -> np.ndarray:
+        """The region constants of one variable's rows, with the angle between their two
+        whitened predictor rows (:meth:`LocationScaleFamily.row_constants`)."""
+        if whiten_rows is None:
             raise ValueError("two-predictor constants hold on a region of the Laplace frame "
                              "only: pass whiten_rows")
-        gb, hb, cb = 0.0, 0.0, 0.0
-        with np.errstate(over="ignore", invalid="ignore"):
-            for term, (x_mu, x_ls, (f1, f2), (f11, f12, f22), mu, ls, y, params) in zip(
-                    self.terms, pieces, strict=True):
-                gb = gb + x_mu.T @ f1 + x_ls.T @ f2
-                cross = x_mu.T @ (f12[:, None] * x_ls)
-                hb = (hb + x_mu.T @ (f11[:, None] * x_mu) + cross + cross.T
-                      + x_ls.T @ (f22[:, None] * x_ls))
-                if order is not None:
-                    xt_mu, xt_ls = whiten_rows(x_mu), whiten_rows(x_ls)
-                    s_mu, s_ls = _row_norms(xt_mu), _row_norms(xt_ls)
-                    cb = cb + term.family.row_constants(
-                        order, s_mu, s_ls, y, mu, ls, self.region_radius, *params,
-                        cos=row_cosines(xt_mu, xt_ls, s_mu, s_ls),
-                    )
-        cb = round_up_float32(cb / self.lik.temperature) if order is not None else None
-        return s, gb, hb, cb
+        x_mu, x_ls, _, _, mu, ls, y, params = piece
+        xt_mu, xt_ls = whiten_rows(x_mu), whiten_rows(x_ls)
+        s_mu, s_ls = _row_norms(xt_mu), _row_norms(xt_ls)
+        return term.family.row_constants(order, s_mu, s_ls, y, mu, ls, self.region_radius,
+                                         *params, cos=row_cosines(xt_mu, xt_ls, s_mu, s_ls))
 
 
 def _row_norms(rows: np.ndarray) -> np.ndarray:
