@@ -104,11 +104,12 @@ class GenericPass:
         value, g = self._fn(theta, chunk)
         return value, g, hessian_by_differences(lambda t: self._fn(t, chunk)[1], theta)
 
-    def full(self, theta, *, idx_chunks=None, weight=1.0, whiten_rows=None, order=None):
+    def full(self, theta, *, idx_chunks=None, weight=1.0, whiten_rows=None, order=None,
+             levels=0):
         """Sums at ``θ`` over all rows (or ``idx_chunks``, times ``weight``).
 
-        ``whiten_rows`` and ``order`` are accepted for the common interface and ignored: row
-        constants come from a bound, not from this pass.
+        ``whiten_rows``, ``order`` and ``levels`` are accepted for the common interface and
+        ignored: row constants come from a bound, not from this pass.
         """
         lik = self.lik
         theta = np.asarray(theta, dtype=np.float64)

@@ -17,6 +17,15 @@ polynomials in ``φ`` around 0 and nothing in the model changes.
 whitening is one matrix–vector product, ``φ = Rᵀ(θ − θ̂)``, and unwhitening another with
 ``L`` formed once; a row ``x_i`` of a linear predictor ``η_i = x_iᵀθ + o_i`` becomes
 ``x̃_i = Lᵀx_i = R^{-1}x_i`` with ``x_iᵀ(θ − θ̂) = x̃_iᵀφ``.
+
+*Levels first.* Any square root of ``V`` whitens, and the Cholesky factor is taken in an order
+that keeps whitened rows sparse: coordinates by their number of non-zero entries in ``P``
+(fewest first). The coordinates of a grouping factor's levels (random intercepts ``u[g]``, a
+one-hot block) are coupled to the dense block but not to each other, so they come first, the
+leading block of the factor is diagonal, and ``x̃_i`` of a row that touches one level is
+non-zero on that level and the dense block only (``docs/methods/mhss.md``, "Rows that touch one
+level"). Those leading coordinates of ``φ`` are the frame's :attr:`LaplaceFrame.n_levels`
+levels. A dense ``P`` keeps the natural order (no levels).
 """
 
 from __future__ import annotations
@@ -24,7 +33,34 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-__all__ = ["LaplaceFrame", "NotPositiveDefiniteError"]
+__all__ = ["LaplaceFrame", "NotPositiveDefiniteError", "level_order"]
+
+#: Fewest levels worth a reordering: below this the natural order is kept.
+MIN_LEVELS = 2
+
+
+def level_order(precision: np.ndarray) -> tuple[np.ndarray, int]:
+    """The Cholesky order of the frame and its number of leading level coordinates.
+
+    Coordinates sorted by their number of non-zero entries in ``P`` (stable, fewest first);
+    the levels are the longest leading run of coordinates with no non-zero entry between any
+    two of them and fewer non-zeros than a dense column. With fewer than :data:`MIN_LEVELS`
+    such coordinates, the natural order and no levels. Exact zeros are what count: the GLM
+    passes and the prior's Hessian give exact zeros for coordinates no row or prior term
+    shares.
+    """
+    d = precision.shape[0]
+    nonzero = precision != 0.0
+    degree = nonzero.sum(axis=0)
+    order = np.argsort(degree, kind="stable")
+    levels: list[int] = []
+    for j in order:
+        if degree[j] >= d or np.any(nonzero[j, levels]):
+            break
+        levels.append(int(j))
+    if len(levels) < MIN_LEVELS:
+        return np.arange(d), 0
+    return order, len(levels)
 
 
 class NotPositiveDefiniteError(ValueError):
@@ -58,8 +94,11 @@ class LaplaceFrame:
                 f"and {precision.shape}"
             )
         self.precision = 0.5 * (precision + precision.T)
+        #: the Cholesky order (levels first) and the number of leading level coordinates of φ
+        self.order, self.n_levels = level_order(self.precision)
         try:
-            self.chol_precision = scipy.linalg.cholesky(self.precision, lower=True)
+            chol = scipy.linalg.cholesky(self.precision[np.ix_(self.order, self.order)],
+                                         lower=True)
         except (scipy.linalg.LinAlgError, ValueError):
             eig = np.linalg.eigvalsh(self.precision) if np.all(np.isfinite(precision)) else [np.nan]
             raise NotPositiveDefiniteError(
@@ -78,11 +117,15 @@ class LaplaceFrame:
                 "every parameter a proper prior."
             )
         self.dim = d
+        # R with R Rᵀ = P: the Cholesky factor of the reordered P, its rows put back in θ's
+        # order (a square root of P, triangular only up to that order)
+        self.chol_precision = np.empty_like(chol)
+        self.chol_precision[self.order] = chol
         # L = R^{-⊤} as a dense matrix: the per-iteration maps are then plain products (O(d²)
         # without scipy's call overhead)
-        self.chol_cov = scipy.linalg.solve_triangular(
-            self.chol_precision, np.eye(d), lower=True, trans="T"
-        )
+        self.chol_cov = np.empty_like(chol)
+        self.chol_cov[self.order] = scipy.linalg.solve_triangular(chol, np.eye(d), lower=True,
+                                                                  trans="T")
 
     @classmethod
     def from_covariance(cls, theta_hat: np.ndarray, cov: np.ndarray) -> LaplaceFrame:
@@ -116,8 +159,8 @@ class LaplaceFrame:
         return np.asarray(rows, dtype=np.float64) @ self.chol_cov
 
     def newton_step(self, grad_log_post: np.ndarray) -> np.ndarray:
-        """``V ∇ log π``: the Newton step (``P`` is the negative Hessian)."""
-        return scipy.linalg.cho_solve((self.chol_precision, True), grad_log_post)
+        """``V ∇ log π = L Lᵀ∇ log π``: the Newton step (``P`` is the negative Hessian)."""
+        return self.chol_cov @ (self.chol_cov.T @ grad_log_post)
 
     def newton_distance(self, grad_log_post: np.ndarray) -> float:
         """``‖Lᵀ∇ log π(θ̂)‖``: the Newton step to the mode in posterior standard deviations."""

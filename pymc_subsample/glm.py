@@ -37,7 +37,9 @@ from threadpoolctl import threadpool_limits
 
 from pymc_subsample.bounds import (
     Family,
+    LevelRows,
     LocationScaleFamily,
+    level_rows,
     location_scale_families,
     region_radius,
     registered,
@@ -227,14 +229,15 @@ class PassResult:
         ``Σ_i ∇ℓ_i(θ) = Σ_i f'_i x_i``.
     hess : ndarray, shape (d, d)
         ``Σ_i ∇²ℓ_i(θ) = Σ_i f''_i x_i x_iᵀ``.
-    row_constants : ndarray, shape (N,) or None
-        MHSS constants ``c_i`` when asked for (see :meth:`GLMPass.full`).
+    row_constants : ndarray, shape (N,), LevelRows or None
+        MHSS constants ``c_i`` when asked for, or the level bound's pieces (see
+        :meth:`GLMPass.full`).
     """
 
     loglik: float
     grad: np.ndarray
     hess: np.ndarray
-    row_constants: np.ndarray | None = None
+    row_constants: np.ndarray | LevelRows | None = None
 
 
 class GLMPass:
@@ -266,6 +269,8 @@ class GLMPass:
     #: Compare the family's likelihood with the model's on the subsample passes too (the first
     #: full pass always does)
     check_subsamples = True
+    #: Rows of one predictor: the level bound applies (:mod:`pymc_subsample.bounds.levels`)
+    level_bounds = True
 
     def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
         self.lik = lik
@@ -357,6 +362,7 @@ class GLMPass:
         weight: float = 1.0,
         whiten_rows: Callable[[np.ndarray], np.ndarray] | None = None,
         order: int | None = None,
+        levels: int = 0,
     ) -> PassResult:
         """Sums of the log-likelihood and its derivatives at ``θ``, and optionally the ``c_i``.
 
@@ -373,13 +379,23 @@ class GLMPass:
             (``‖x_i‖``, Corollary 2 of Prado et al. 2024) when not given.
         order : {1, 2}, optional
             Taylor order of the constants; none are computed when not given.
+        levels : int
+            The frame's level coordinates (:attr:`pymc_subsample.frame.LaplaceFrame.n_levels`,
+            with whitened rows): the constants are then the level bound's
+            :class:`~pymc_subsample.bounds.LevelRows`, with Corollary 2's beside them, for a
+            model with one observed variable of one predictor.
         """
         lik = self.lik
         theta = np.asarray(theta, dtype=np.float64)
         full_data = idx_chunks is None
         total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
+        levels = levels if self.level_bounds and len(self.terms) == 1 and order else 0
         # float32 rounded up (4 bytes a row, still bounds): pymc_subsample.indexing
-        consts = np.zeros(lik.n_rows, dtype=np.float32) if order is not None else None
+        consts = (
+            None if order is None
+            else LevelRows.empty(lik.n_rows, levels, order) if levels
+            else np.zeros(lik.n_rows, dtype=np.float32)
+        )
         # the family's f is compared with the model's likelihood on every row once: on the
         # subsample passes (unless check_subsamples is off) and the first full pass; f is a
         # function of (η_i, y_i) alone, so later passes only change η
@@ -388,10 +404,12 @@ class GLMPass:
         # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
         with threadpool_limits(limits=1, user_api="blas"):
             results = lik.map_row_blocks(self, "_block", theta, check, order, whiten_rows,
-                                         chunks=idx_chunks)
+                                         levels, chunks=idx_chunks)
             for chunk, (s, gb, hb, cb) in results:
                 total, g, h = total + s, g + gb, h + hb
-                if consts is not None:
+                if levels:
+                    consts.fill(chunk, cb)
+                elif consts is not None:
                     consts[chunk] = cb
         if full_data:
             self.n_passes += 1
@@ -400,8 +418,9 @@ class GLMPass:
         return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
 
     def _block(self, chunk: np.ndarray, theta: np.ndarray, check: bool, order: int | None,
-               whiten_rows: Callable | None):
-        """One block of :meth:`full`: ``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i, c_i or None)`` on ``chunk``."""
+               whiten_rows: Callable | None, levels: int = 0):
+        """One block of :meth:`full`: ``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i, constants or None)`` on
+        ``chunk``; the constants are ``c_i``, or the four arrays of :func:`level_rows`."""
         s, pieces = self.rows(theta, chunk, check=check)
         gb, hb, cb = 0.0, 0.0, 0.0
         # a Newton step that overshoots (a log link) may overflow: its -inf value is enough
@@ -409,6 +428,8 @@ class GLMPass:
             for term, piece in zip(self.terms, pieces, strict=True):
                 g, h = self._term_sums(piece)
                 gb, hb = gb + g, hb + h
+                if levels:  # one observed variable (full())
+                    return s, gb, hb, self._level_rows(term, order, piece, whiten_rows, levels)
                 if order is not None:
                     cb = cb + self._row_constants(term, order, piece, whiten_rows)
         cb = round_up_float32(cb / self.lik.temperature) if order is not None else None
@@ -432,6 +453,16 @@ class GLMPass:
         radius = self.region_radius if term.family.region_only and whitened else math.inf
         return term.family.row_constants(order, _row_norms(xt), y, params, eta_hat=eta_hat,
                                          radius=radius)
+
+    def _level_rows(self, term, order, piece, whiten_rows, levels) -> tuple[np.ndarray, ...]:
+        """The level bound's pieces of one chunk (:func:`level_rows`): the supremum on the
+        same interval as :meth:`_row_constants`, the whitened rows split by level."""
+        x, _, _, y, eta_hat, params = piece
+        xt = whiten_rows(x)
+        radius = self.region_radius if term.family.region_only else math.inf
+        sup = term.family.row_sup(order, _row_norms(xt), y, params, eta_hat=eta_hat,
+                                  radius=radius) / self.lik.temperature
+        return level_rows(order, sup, xt, levels)
 
 
 def family_terms(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable, Variable]:
@@ -651,6 +682,7 @@ class LocationScalePass(GLMPass):
     """
 
     sharp_angles = False
+    level_bounds = False
     # the subsample Newton steps may send a scale to where both likelihoods lose all precision
     # (values near -1e223, or NaN): the check waits for the first full pass, near the mode
     check_subsamples = False

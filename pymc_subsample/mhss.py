@@ -14,7 +14,9 @@ nothing here knows about PyMC. One iteration (Algorithm 1, delayed-acceptance fo
        φ_i  = c_i M − max(ξ_i, 0),      φ'_i = c_i M − max(−ξ_i, 0)
 
    When ``C·M ≥ N`` thinning would read more than the data, so stage 2 is the exact
-   delayed-acceptance ratio ``Σ_i ξ_i`` on all rows, a counted fallback.
+   delayed-acceptance ratio ``Σ_i ξ_i`` on all rows, a counted fallback. Any other symmetric
+   per-row rates ``λ_i ≥ |ξ_i|`` in place of ``c_i M`` work the same way (a bound with a
+   different ``M`` per group of rows: :mod:`pymc_subsample.bounds.levels`).
 
 Why it is exact: kept draws are independent ``B_i ~ Poisson(φ_i)`` and ``φ_i(θ',θ) = φ'_i``,
 so the Poisson ratio supplies the missing ``exp(Σ ξ_i)`` in expectation (``docs/methods/mhss.md``).
@@ -23,13 +25,13 @@ so the Poisson ratio supplies the missing ``exp(Σ ξ_i)`` in expectation (``doc
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from pymc_subsample.indexing import WeightedIndexSampler
 
-__all__ = ["MHSSInfo", "poisson_thinning_log_ratio", "mhss_accept"]
+__all__ = ["MHSSInfo", "ScalarRates", "ThinningRates", "mhss_accept", "poisson_thinning_log_ratio"]
 
 #: Relative rounding level below which a clipped rate is not counted as a bound violation.
 CLIP_TOLERANCE = 1e-9
@@ -107,52 +109,83 @@ def poisson_thinning_log_ratio(
     return log_ratio, int(keep.sum()), clipped
 
 
+class ScalarRates:
+    """The rates ``c_i M`` of one move with one ``M(θ, θ')`` for every row (eq. (3)), as
+    :func:`mhss_accept` reads them: ``K ~ Poisson(C·M)`` rows drawn with probability
+    ``c_i / C`` (:attr:`envelope` and :attr:`expected` are both ``C·M``).
+
+    Other bounds give rates of the same shape: :class:`pymc_subsample.bounds.LevelRates`.
+    """
+
+    def __init__(self, bound: float, sampler: WeightedIndexSampler) -> None:
+        self.bound = bound
+        self.sampler = sampler
+        self.envelope = self.expected = sampler.total * bound
+
+    def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``size`` rows drawn with probability ``c_i / C`` and their rates ``c_i M``."""
+        idx = self.sampler.draw(rng, size)
+        return idx, self.sampler.weights[idx] * self.bound
+
+
+class ThinningRates(Protocol):
+    """Per-move rates ``λ_i(θ, θ') ≥ |ξ_i|``, symmetric in the pair: :attr:`envelope`, the
+    mean number of index draws (``≥ N``: decide on all rows), :attr:`expected`, the mean
+    number of rows proposed, and ``draw(rng, size)``, which turns ``size`` index draws into
+    the proposed rows and their ``λ_i`` (a Poisson process of rate ``λ_i`` when
+    ``size ~ Poisson(envelope)``)."""
+
+    envelope: float
+    expected: float
+
+    def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 def mhss_accept(
     log_alpha1: float,
-    bound: float,
+    rates: ThinningRates,
     *,
     remainder: Callable[[np.ndarray], np.ndarray],
-    row_constants: np.ndarray,
-    sampler: WeightedIndexSampler,
+    n_rows: int,
     full_remainder_sum: Callable[[], float],
     rng_index: np.random.Generator,
     rng_accept: np.random.Generator,
 ) -> MHSSInfo:
-    """Decide one MHSS move (Algorithm 1) given the stage-1 ratio and the bound ``M``.
+    """Decide one MHSS move (Algorithm 1) given the stage-1 ratio and the rates.
 
     Parameters
     ----------
     log_alpha1 : float
         Stage-1 log ratio (eq. (10)): prior, proposal and ``Σ r̂_i`` terms.
-    bound : float
-        ``M(θ, θ')``, symmetric in its arguments.
+    rates : ThinningRates
+        ``λ_i = c_i M(θ, θ')`` (:class:`ScalarRates`) or another bound's per-row rates, each
+        symmetric in the pair.
     remainder : callable
         ``idx -> ξ_i(θ, θ')`` for the rows ``idx`` (touches the data).
-    row_constants : ndarray, shape (N,)
-        ``c_i``.
-    sampler : WeightedIndexSampler
-        Draws rows with probability ``c_i / C``.
+    n_rows : int
+        ``N``.
     full_remainder_sum : callable
-        ``() -> Σ_i ξ_i`` over all rows, for the ``C·M ≥ N`` fallback.
+        ``() -> Σ_i ξ_i`` over all rows, for the fallback when ``rates.envelope ≥ N``.
     rng_index, rng_accept : numpy.random.Generator
         Streams for the index/Poisson draws and for the accept uniforms and thinning.
     """
     if not np.log(rng_accept.random()) < log_alpha1:
         return MHSSInfo(False, False, 0, np.nan, False, 0, 0.0)
-    n_rows = row_constants.size
-    expected = sampler.total * bound
-    if not np.isfinite(expected) or expected >= n_rows:
+    envelope, expected = rates.envelope, rates.expected
+    if not np.isfinite(envelope) or envelope >= n_rows:
         log_alpha2 = float(full_remainder_sum())
         accepted = bool(np.log(rng_accept.random()) < log_alpha2)
         return MHSSInfo(accepted, True, n_rows, expected, True, 0, log_alpha2)
-    n_proposed = int(rng_index.poisson(expected))
-    if n_proposed == 0:
+    n_drawn = int(rng_index.poisson(envelope))
+    if n_drawn == 0:
         return MHSSInfo(True, True, 0, expected, False, 0, 0.0)
-    idx = sampler.draw(rng_index, n_proposed)
+    idx, cm = rates.draw(rng_index, n_drawn)
+    if idx.size == 0:
+        return MHSSInfo(True, True, 0, expected, False, 0, 0.0)
     xi = remainder(idx)
     if not np.all(np.isfinite(xi)):
         # the model's own log-likelihood is -inf (or NaN) at θ' on a touched row: reject
-        return MHSSInfo(False, True, n_proposed, expected, False, 0, -np.inf)
-    log_alpha2, _, clipped = poisson_thinning_log_ratio(xi, row_constants[idx], bound, rng_accept)
+        return MHSSInfo(False, True, idx.size, expected, False, 0, -np.inf)
+    log_alpha2, _, clipped = poisson_thinning_log_ratio(xi, cm, 1.0, rng_accept)
     accepted = bool(np.log(rng_accept.random()) < log_alpha2)
-    return MHSSInfo(accepted, True, n_proposed, expected, False, clipped, log_alpha2)
+    return MHSSInfo(accepted, True, idx.size, expected, False, clipped, log_alpha2)

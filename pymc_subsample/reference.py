@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
+import scipy.optimize
 
 from pymc_subsample.control_variates import hessian_by_differences
 from pymc_subsample.errors import SubsamplingModelError
@@ -60,8 +61,10 @@ class ReferenceFit:
         ``θ̂`` and the whitening used by the proposals and by :attr:`row_constants`.
     loglik, grad_sum, hess_sum
         ``Σ ℓ_i(θ̂)``, ``Σ ∇ℓ_i(θ̂)``, ``Σ ∇²ℓ_i(θ̂)`` (tempered likelihood, no prior).
-    row_constants : ndarray or None
-        Whitened MHSS constants ``c_i`` (when an order was asked for and the model is a GLM).
+    row_constants : ndarray, LevelRows or None
+        Whitened MHSS constants ``c_i`` (when an order was asked for and the model is a GLM),
+        or the level bound's pieces when the frame has levels
+        (:class:`~pymc_subsample.bounds.LevelRows`, Corollary 2's constants among them).
     newton_distance : float
         ``‖Lᵀ∇ log π(θ̂)‖`` at the end.
     mode : ndarray, shape (d,)
@@ -165,7 +168,8 @@ def fit_reference(
 
     if n_sub >= n and map_point is None:
         # small data: damped Newton on all rows, each step a (cheap) pass over the data
-        theta, prec = _newton(full_objective, theta, tolerance=tolerance, max_steps=60)
+        theta, prec = _newton_or_lbfgs(full_objective, theta, tolerance=tolerance,
+                                       max_steps=60)
         try:
             whitening = LaplaceFrame(theta, prec)
         except NotPositiveDefiniteError:
@@ -191,12 +195,14 @@ def fit_reference(
                 # steps: take them on a tenth of the subsample, then finish on all of it
                 n_warm = n_sub // 10
                 warm = chunks_of(np.sort(rng.choice(idx, size=n_warm, replace=False)))
-                theta, _ = _newton(
+                theta, _ = _newton_or_lbfgs(
                     lambda th: log_post(th, data_pass.full(th, idx_chunks=warm,
                                                            weight=n / n_warm)),
                     theta, tolerance=1.0, max_steps=60,
                 )
-            theta, prec = _newton(sub_objective, theta, tolerance=1e-3, max_steps=60)
+            # from a warm start Newton converges in a few steps; if not, the full-data passes
+            # and their fallback take over
+            theta, prec, _ = _newton(sub_objective, theta, tolerance=1e-3, max_steps=20)
         else:
             prec = sub_objective(theta)[2]
         try:
@@ -219,6 +225,7 @@ def fit_reference(
             theta,
             whiten_rows=whitening.whiten_rows if want_constants else None,
             order=order if want_constants else None,
+            levels=whitening.n_levels if want_constants else 0,
         )
         value, g_post, prec = log_post(theta, res)
         if not np.isfinite(value):
@@ -293,19 +300,28 @@ def fit_reference(
     )
 
 
+#: Damped Newton steps in a row after which :func:`_newton` gives up.
+DAMPED_STEPS = 10
+
+
 def _newton(
     objective, theta: np.ndarray, *, tolerance: float, max_steps: int
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, bool]:
     """Damped Newton ascent on ``objective(θ) -> (value, gradient, −Hessian)`` (cheap calls).
 
-    Returns the last point and its negative Hessian.
+    Returns the last point, its negative Hessian and whether it converged: the Newton distance
+    is within ``tolerance`` in the metric of the undamped Hessian, which is positive definite
+    there (a point reached with Levenberg damping is not a mode). It gives up after
+    :data:`DAMPED_STEPS` damped steps in a row: far from any mode, or down a funnel.
     """
     value, g, prec = objective(theta)
+    damped_in_a_row = 0
     for _ in range(max_steps):
         if not (np.isfinite(value) and np.all(np.isfinite(g)) and np.all(np.isfinite(prec))):
-            return theta, prec  # the full-data passes fall back to L-BFGS from here
+            return theta, prec, False  # the full-data passes fall back to L-BFGS from here
         try:
             frame = LaplaceFrame(theta, prec)
+            damped = False
         except NotPositiveDefiniteError:
             # Levenberg damping far from the mode, where the Hessian may be indefinite; the
             # margin is relative to the largest curvature, so the damped matrix stays well
@@ -313,9 +329,13 @@ def _newton(
             eigs = np.linalg.eigvalsh(0.5 * (prec + prec.T))
             shift = abs(eigs.min()) + 1e-6 * max(1.0, float(np.abs(eigs).max()))
             frame = LaplaceFrame(theta, prec + shift * np.eye(theta.size))
+            damped = True
+        damped_in_a_row = damped_in_a_row + 1 if damped else 0
+        if damped_in_a_row > DAMPED_STEPS:
+            return theta, prec, False
         step = frame.newton_step(g)
-        if frame.newton_distance(g) <= tolerance:
-            return theta, prec
+        if frame.newton_distance(g) <= tolerance and not damped:
+            return theta, prec, True
         t = 1.0
         for _ in range(30):
             candidate = theta + t * step
@@ -324,8 +344,51 @@ def _newton(
                 break
             t *= 0.5
         else:
-            return theta, prec
+            return theta, prec, False
         theta, value, g, prec = candidate, new_value, new_g, new_prec
+    return theta, prec, False
+
+
+#: Objective evaluations allowed to :func:`_lbfgs`, and its relative change of the log posterior
+#: at which it stops (Newton's method, which follows, converges from much farther)
+LBFGS_EVALUATIONS, LBFGS_FTOL = 200, 1e-7
+
+
+def _lbfgs(objective, theta: np.ndarray) -> np.ndarray:
+    """L-BFGS ascent (SciPy) on ``objective``'s value and gradient, from ``θ``.
+
+    Newton's method rescales each direction by its curvature. In a hierarchical model started
+    with its group effects at zero, the group scale's curvature is nearly zero and its
+    gradient pulls toward a scale of zero: Newton's first step runs down the funnel, where the
+    density grows without bound and Newton crawls. L-BFGS's first steps follow the gradient,
+    which the data make largest for the group effects: it fits them first, and the scale's
+    gradient then points to the mode the data inform (as PyMC's ``find_MAP`` finds it).
+    """
+    def negative(th):
+        value, g, _ = objective(th)
+        if not (np.isfinite(value) and np.all(np.isfinite(g))):
+            return np.inf, np.zeros_like(th)
+        return -value, -g
+
+    result = scipy.optimize.minimize(negative, theta, jac=True, method="L-BFGS-B",
+                                     options={"maxfun": LBFGS_EVALUATIONS, "ftol": LBFGS_FTOL})
+    return result.x
+
+
+def _newton_or_lbfgs(
+    objective, theta: np.ndarray, *, tolerance: float, max_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Damped Newton from ``θ``; when it does not converge, L-BFGS from ``θ``
+    (:func:`_lbfgs`) and Newton again from there. Returns the point and its negative Hessian.
+    """
+    start = theta
+    theta, prec, converged = _newton(objective, theta, tolerance=tolerance, max_steps=max_steps)
+    if converged:
+        return theta, prec
+    _log.info("Newton's method did not converge on the reference fit's rows; L-BFGS from the "
+              "start, then Newton again")
+    theta, prec, _ = _newton(objective, _lbfgs(objective, start), tolerance=tolerance,
+                             max_steps=max_steps)
     return theta, prec
 
 

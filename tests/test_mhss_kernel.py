@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pymc_subsample.indexing import WeightedIndexSampler
-from pymc_subsample.mhss import mhss_accept, poisson_thinning_log_ratio
+from pymc_subsample.mhss import ScalarRates, mhss_accept, poisson_thinning_log_ratio
 
 
 def test_thinning_keeps_with_probability_phi_over_cm():
@@ -42,10 +42,9 @@ def _acceptance_probability(xi, c, bound, n_rep, seed):
     acc = 0
     for _ in range(n_rep):
         info = mhss_accept(
-            0.0, bound,
+            0.0, ScalarRates(bound, sampler),
             remainder=lambda idx: xi[idx],
-            row_constants=c,
-            sampler=sampler,
+            n_rows=c.size,
             full_remainder_sum=lambda: float(xi.sum()),
             rng_index=rng_i,
             rng_accept=rng_a,
@@ -73,10 +72,9 @@ def test_stage_two_satisfies_detailed_balance(seed):
 def test_stage_one_rejection_touches_no_data():
     touched = []
     info = mhss_accept(
-        -np.inf, 1.0,
+        -np.inf, ScalarRates(1.0, WeightedIndexSampler(np.ones(10))),
         remainder=lambda idx: touched.append(idx) or np.zeros(idx.size),
-        row_constants=np.ones(10),
-        sampler=WeightedIndexSampler(np.ones(10)),
+        n_rows=10,
         full_remainder_sum=lambda: 0.0,
         rng_index=np.random.default_rng(0),
         rng_accept=np.random.default_rng(1),
@@ -87,10 +85,9 @@ def test_stage_one_rejection_touches_no_data():
 def test_full_data_fallback_when_expected_rows_reach_n():
     calls = []
     info = mhss_accept(
-        0.0, 100.0,
+        0.0, ScalarRates(100.0, WeightedIndexSampler(np.ones(10))),
         remainder=lambda idx: pytest.fail("must not subsample"),
-        row_constants=np.ones(10),
-        sampler=WeightedIndexSampler(np.ones(10)),
+        n_rows=10,
         full_remainder_sum=lambda: calls.append(1) or 5.0,
         rng_index=np.random.default_rng(0),
         rng_accept=np.random.default_rng(1),

@@ -15,6 +15,7 @@ from scipy.special import expit
 
 import pymc_subsample as pms
 from pymc_subsample.bounds import derivative_bound, remainder_scale
+from pymc_subsample.bounds.levels import LEVEL_WEIGHT
 from pymc_subsample.datasets import glm_model, ill_conditioned_data
 from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
 from pymc_subsample.reference import MODE_TOLERANCE
@@ -104,25 +105,44 @@ def test_whitened_bound_holds_on_ill_conditioned_data(ill_conditioned_step, orde
     assert worst > 0.05  # the check is not vacuous: some pairs come close to the bound
 
 
+def _whitened_constants(X, y, frame):
+    """Corollary 2's whitened ``c_i = L_2‖Lᵀx_i‖³`` of the logistic rows."""
+    return derivative_bound("bernoulli_logit", y, 2) * np.linalg.norm(frame.whiten_rows(X),
+                                                                      axis=1) ** 3
+
+
 def test_step_constants_are_the_whitened_norms(ill_conditioned_step):
+    """Two rare binary columns never share a row: the frame puts them first as levels, and the
+    step keeps the level bound, whose weights are ``L_2 (s_i √|D| + t_i w_K)³ / 6``
+    (``bounds.levels``, ``w_K`` = ``LEVEL_WEIGHT``), over Corollary 2's, which it expects to
+    read more rows."""
     X, y, _, step = ill_conditioned_step
+    g = step.frame.n_levels
+    assert g == 2 and step.level_bound is not None
+    assert step.setup_profile["level_bound_rows"] < step.setup_profile["corollary2_rows"]
     xt = step.frame.whiten_rows(X)
-    expected = derivative_bound("bernoulli_logit", y, 2) * np.linalg.norm(xt, axis=1) ** 3
-    assert_stored_constants(step.row_constants, expected)
+    s, t = np.linalg.norm(xt[:, g:], axis=1), np.abs(xt[:, :g]).max(axis=1)
+    assert np.all(np.count_nonzero(xt[:, :g], axis=1) <= 1)
+    wide = s * np.sqrt(12 - g) + t * LEVEL_WEIGHT
+    assert_stored_constants(step.row_constants,
+                            derivative_bound("bernoulli_logit", y, 2) * wide**3 / 6)
 
 
 def test_compiled_remainders_obey_the_step_bound(ill_conditioned_step):
-    """The model's own ξ (autodiff Taylor terms) against the step's c_i·M, 200 pairs."""
-    _, _, _, step = ill_conditioned_step
+    """The model's own ξ (autodiff Taylor terms) against Corollary 2's whitened c_i·M and the
+    step's level bound, 200 pairs."""
+    X, y, _, step = ill_conditioned_step
     frame, cv = step.frame, step.control_variate
+    consts = _whitened_constants(X, y, frame)
     rng = np.random.default_rng(5)
     idx = np.arange(N_ROWS, dtype=np.int64)
     for _ in range(200):
         scale = rng.choice([0.01, 0.5, 2.0, 5.0])
         phi, phi_new = scale * rng.normal(size=12), scale * rng.normal(size=12)
         xi = cv.remainder(frame.unwhiten(phi), frame.unwhiten(phi_new), idx)
-        bound = step.row_constants * remainder_scale(phi, phi_new, np.zeros(12), 2)
-        assert np.all(np.abs(xi) <= bound * (1 + 1e-7) + 1e-9)
+        for bound in (consts * remainder_scale(phi, phi_new, np.zeros(12), 2),
+                      step.level_bound.rates(phi, phi_new).row_rates(idx)):
+            assert np.all(np.abs(xi) <= bound * (1 + 1e-7) + 1e-9)
 
 
 def test_whitening_makes_the_ill_conditioned_design_as_cheap_as_its_standardised_twin(
@@ -135,13 +155,15 @@ def test_whitening_makes_the_ill_conditioned_design_as_cheap_as_its_standardised
     ones of the raw design are orders of magnitude larger.
     """
     X, y, _, step = ill_conditioned_step
+    whitened = _whitened_constants(X, y, step.frame).sum()
     euclid = derivative_bound("bernoulli_logit", y, 2) * np.linalg.norm(X, axis=1) ** 3
-    assert euclid.sum() > 1e4 * step.row_constants.sum()
+    assert euclid.sum() > 1e4 * whitened
     Xs, ys = ill_conditioned_data(N_ROWS, 12, seed=3, standardised=True)
     np.testing.assert_array_equal(ys, y)
     with glm_model(Xs, ys, "logistic"):
         standard = pms.MHSS(cv_order=2)
-    ratio = step.row_constants.sum() / standard.row_constants.sum()
+    assert standard.frame.n_levels == 0  # standardised columns are never zero: no levels
+    ratio = whitened / standard.row_constants.sum()
     assert 0.5 < ratio < 2.0, ratio
 
 

@@ -73,6 +73,7 @@ from pymc_subsample.bounds.family import (
     registered,
     scalar_op,
 )
+from pymc_subsample.bounds.levels import LevelBound, LevelRates, LevelRows, level_rows
 from pymc_subsample.bounds.normal import normal_scale_row_constants
 from pymc_subsample.bounds.remainder import (
     REGION_TAIL,
@@ -88,11 +89,15 @@ __all__ = [
     "REGION_FAMILIES",
     "REGION_TAIL",
     "Family",
+    "LevelBound",
+    "LevelRates",
+    "LevelRows",
     "LocationScaleFamily",
     "derivative_bound",
     "family",
     "glm_loglik",
     "glm_row_constants",
+    "level_rows",
     "location_scale_families",
     "normal_scale_row_constants",
     "region_radius",

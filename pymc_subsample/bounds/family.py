@@ -159,6 +159,21 @@ class Family:
         radius : float
             ``r`` of the region ``‖φ‖ ≤ r`` (whitened norms only); ``inf``: the whole line.
         """
+        norms = np.asarray(norms, dtype=np.float64)
+        sup = self.row_sup(order, norms, y, params, eta_hat=eta_hat, radius=radius)
+        return sup * norms ** (order + 1)
+
+    def row_sup(
+        self,
+        order: int,
+        norms: np.ndarray,
+        y: np.ndarray,
+        params: tuple[np.ndarray, ...] = (),
+        eta_hat: np.ndarray | None = None,
+        radius: float = math.inf,
+    ) -> np.ndarray:
+        r"""``sup_{I_i} |f^{(k+1)}|`` per row, ``I_i`` the whole line or, with a finite
+        ``radius``, ``η̂_i ± r s_i`` (arguments as in :meth:`row_constants`)."""
         check_order(order)
         norms = np.asarray(norms, dtype=np.float64)
         if not np.all(np.isfinite(norms)) or np.any(norms < 0.0):
@@ -169,14 +184,12 @@ class Family:
             if eta_hat is None:
                 raise ValueError("region constants need eta_hat, the predictor at θ̂")
             half_width = radius * norms
-            sup = self.derivative_sup(order, y, *params, lower=eta_hat - half_width,
-                                      upper=eta_hat + half_width)
-        else:
-            if self.region_only:
-                raise ValueError(f"family {self.name!r} has no global derivative bound: its "
-                                 "constants hold on a region of the Laplace frame only")
-            sup = self.derivative_sup(order, y, *params)
-        return sup * norms ** (order + 1)
+            return self.derivative_sup(order, y, *params, lower=eta_hat - half_width,
+                                       upper=eta_hat + half_width)
+        if self.region_only:
+            raise ValueError(f"family {self.name!r} has no global derivative bound: its "
+                             "constants hold on a region of the Laplace frame only")
+        return self.derivative_sup(order, y, *params)
 
 
 class LocationScaleFamily:

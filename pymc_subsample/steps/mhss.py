@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 from pymc.step_methods.state import dataclass_state
 
-from pymc_subsample.bounds import remainder_scale
+from pymc_subsample.bounds import LevelBound, LevelRows, remainder_scale
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.glm import GLMPass, LocationScalePass, detect_location_scale_terms
 from pymc_subsample.indexing import WeightedIndexSampler
-from pymc_subsample.mhss import mhss_accept
+from pymc_subsample.mhss import ScalarRates, ThinningRates, mhss_accept
 from pymc_subsample.steps.base import SubsamplingStep, SubsamplingStepState
 
 __all__ = ["MHSS", "UserBound"]
@@ -26,6 +26,9 @@ USER_BOUND_PAIRS, USER_BOUND_ROWS, USER_BOUND_SEED = 64, 2048, 20240611
 #: Share of moves (after tuning) decided on all rows above which a chain warns, and the draws
 #: it waits for before judging.
 FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
+
+#: Pairs of points and seed with which the level bound and Corollary 2's are compared.
+LEVEL_CHOICE_PAIRS, LEVEL_CHOICE_SEED = 64, 20261125
 
 
 @dataclass_state
@@ -144,6 +147,9 @@ class MHSS(SubsamplingStep):
         self.sharp_angles = True
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
+        #: the level bound (rows that touch one level of a grouping factor), when the frame
+        #: has levels and it expects fewer rows than Corollary 2's; else None
+        self.level_bound: LevelBound | None = None
         if bound is None:
             # whitened constants from the reference fit's last pass, M from whitened points
             consts = self.reference.row_constants
@@ -151,6 +157,8 @@ class MHSS(SubsamplingStep):
             # families with unbounded derivatives: constants valid for ‖φ‖, ‖φ'‖ ≤ r only
             self.region_radius = self._reference_pass.region_radius
             self.sharp_angles = self._reference_pass.sharp_angles
+            if isinstance(consts, LevelRows):
+                consts = self._choose_level_bound(consts)
         else:
             consts = bound.row_constants
             if callable(consts):
@@ -173,10 +181,42 @@ class MHSS(SubsamplingStep):
                     f"{np.count_nonzero(~(consts >= 0.0) | ~np.isfinite(consts))} rows that are not"
                 )
             self._check_user_bound(consts)
-        self.sampler = WeightedIndexSampler(consts)
+        self.sampler = (WeightedIndexSampler(consts) if self.level_bound is None
+                        else self.level_bound.sampler)
         #: ``c_i`` as the sampler holds them (float32 rounded up): the thinning reads the same
+        #: (the level bound's fixed weights ``c̄_i`` with a level bound)
         self.row_constants = self.sampler.weights
         self._reset_fallback_count()
+
+    def _choose_level_bound(self, rows: LevelRows) -> np.ndarray | None:
+        """Keep the level bound or Corollary 2's constants, whichever expects fewer rows.
+
+        Both are valid; the level bound wins when many level coordinates make ``‖φ‖`` long
+        (random intercepts), Corollary 2, with Lemma 1's angle factors, when the levels are
+        few. The expected rows ``Λ`` of each are averaged over :data:`LEVEL_CHOICE_PAIRS`
+        pairs of the Laplace approximation, a draw and a pCN move from it with ``ρ = 0.9``
+        (seeded: the choice is deterministic). Returns Corollary 2's constants, or ``None``
+        with :attr:`level_bound` set; the pieces not kept are dropped.
+        """
+        dim, order = self.likelihood.dim, self.cv_order
+        level_bound = LevelBound(rows, dim)
+        plain_total = float(np.sum(rows.plain, dtype=np.float64))
+        rng = np.random.default_rng(LEVEL_CHOICE_SEED)
+        level_rows = plain_rows = 0.0
+        for _ in range(LEVEL_CHOICE_PAIRS):
+            phi = rng.standard_normal(dim)
+            phi_new = 0.9 * phi + math.sqrt(1.0 - 0.81) * rng.standard_normal(dim)
+            level_rows += level_bound.rates(phi, phi_new).expected
+            plain_rows += plain_total * remainder_scale(phi, phi_new, np.zeros(dim), order,
+                                                        sharp=self.sharp_angles)
+        self.setup_profile["level_bound_rows"] = level_rows / LEVEL_CHOICE_PAIRS
+        self.setup_profile["corollary2_rows"] = plain_rows / LEVEL_CHOICE_PAIRS
+        if level_rows < plain_rows:
+            self.level_bound = level_bound
+            self.reference.row_constants = None
+            return None
+        self.reference.row_constants = rows.plain
+        return rows.plain
 
     def _check_user_bound(self, consts: np.ndarray) -> None:
         """Refuse a user's bound that a probe finds violated: ``|ξ_i| > c_i M`` on some row.
@@ -231,15 +271,25 @@ class MHSS(SubsamplingStep):
     def _bound_order(self) -> int | None:
         return self.cv_order if self.bound is None else None
 
+    def _outside_region(self, phi: np.ndarray, phi_new: np.ndarray) -> bool:
+        return max(phi @ phi, phi_new @ phi_new) > self.region_radius**2
+
     def _whitened_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
         # M of Corollary 2 from a = φ, a' = φ', h = φ' − φ (docs/methods/mhss.md)
-        if max(phi @ phi, phi_new @ phi_new) > self.region_radius**2:
+        if self._outside_region(phi, phi_new):
             # outside the region the constants do not hold: M = ∞ makes the kernel decide on
             # all rows (a counted full_data_fallback); the switch depends on the pair {θ, θ'}
             # only, so detailed balance holds (docs/methods/mhss.md#region-valid-bounds)
             return math.inf
         return remainder_scale(phi, phi_new, np.zeros_like(phi), self.cv_order,
                                sharp=self.sharp_angles)
+
+    def _thinning_rates(self, theta, theta_new, phi, phi_new) -> ThinningRates:
+        """The per-row rates of the move: the level bound's, or ``c_i M`` with one ``M``."""
+        if self.level_bound is None or self._outside_region(phi, phi_new):
+            return ScalarRates(self._remainder_scale(theta, theta_new, phi, phi_new),
+                               self.sampler)
+        return self.level_bound.rates(phi, phi_new)
 
     def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
@@ -255,10 +305,9 @@ class MHSS(SubsamplingStep):
         cv_sum, remainder = self._row_differences(theta, theta_new)
         info = mhss_accept(
             log_rest + cv_sum,
-            self._remainder_scale(theta, theta_new, phi, phi_new),
+            self._thinning_rates(theta, theta_new, phi, phi_new),
             remainder=remainder,
-            row_constants=self.row_constants,
-            sampler=self.sampler,
+            n_rows=self.row_constants.size,
             # the counted full-data fallback: the same remainders, chunk by chunk over all rows
             full_remainder_sum=lambda: self.likelihood.sum_over_rows(remainder),
             rng_index=self.rng_index,

@@ -1,0 +1,250 @@
+r"""MHSS bounds for rows that touch one level of a grouping factor (random intercepts).
+
+In a model with group effects, ``η_i = x_iᵀβ + u_{g_i}``, each row's predictor depends on the
+dense coefficients and on one of many level coordinates. In the Laplace frame ordered levels
+first (:class:`~pymc_subsample.frame.LaplaceFrame`) the whitened row :math:`\tilde x_i` is
+non-zero on the dense block :math:`D` and on the row's level :math:`k_i` only, so
+
+.. math::
+
+    |a_i| = |\tilde x_i^\top\varphi| \le s_i\,\lVert\varphi_D\rVert + t_i\,|\varphi_{k_i}|,
+    \qquad s_i = \lVert\tilde x_{i,D}\rVert,\; t_i = |\tilde x_{i,k_i}|,
+
+where Cauchy–Schwarz on the whole :math:`\varphi` (Corollary 2) gives
+:math:`\lVert\tilde x_i\rVert\lVert\varphi\rVert` and :math:`\lVert\varphi\rVert^2` grows with
+the number of levels. The remainder of a one-predictor row is a scalar function of the
+displacements :math:`a = \eta_i - \hat\eta_i`, :math:`a'` (at :math:`\theta'`) and
+:math:`h = a' - a`: with :math:`L_k \ge \sup|f^{(k+1)}|` on the interval they visit,
+
+.. math::
+
+    |\xi_i| \le \tfrac12 L_1 |h| (|a| + |a'|) \quad(k = 1), \qquad
+    |\xi_i| \le \tfrac16 L_2 |h| (a^2 + |a a'| + a'^2) \quad(k = 2),
+
+(:math:`R'(t) = f'(\hat\eta + t) - T'(t)` is at most :math:`L_1|t|` or :math:`L_2 t^2/2`, and
+:math:`\xi = \int_a^{a'} R'`), increasing in :math:`|a|, |a'|, |h|`, so the bounds above may
+replace them. Each is :math:`S_i = s_i w_D + t_i w_K` times a factor linear in the row's share
+:math:`\rho_i = s_i w_D / S_i`, e.g. :math:`|a_i| \le S_i(\rho_i u + (1-\rho_i) v)` with
+:math:`u = \lVert\varphi_D\rVert / w_D`, :math:`v = |\varphi_{k}| / w_K`. So the rate of row
+:math:`i` is
+
+.. math::
+
+    B_i(\theta, \theta') = \bar c_i\, P_{k_i}(\rho_i), \qquad
+    \bar c_i = \kappa_k L_k S_i^{k+1},\; \kappa_1 = \tfrac12,\; \kappa_2 = \tfrac16,
+
+with :math:`P_k` a polynomial of degree :math:`k + 1` whose coefficients depend on the pair
+and the level :math:`k` only; it is symmetric in :math:`(\theta, \theta')`. Its total
+:math:`\Lambda = \sum_i B_i` comes from per-level moments :math:`\sum_{i \in k}\bar c_i
+\rho_i^j` in :math:`O(G)`, and rows are drawn from the fixed weights :math:`\bar c_i` with
+the envelope :math:`\bar M = \max_k \max_\rho P_k(\rho)` (the largest of each linear factor's
+ends) and kept with probability :math:`P_{k_i}(\rho_i)/\bar M` before any data are read:
+a Poisson process of rate :math:`B_i` (``docs/methods/mhss.md``, "Rows that touch one level").
+
+Rows touching no level have :math:`t_i = 0` (category ``G``); a row touching several levels
+(a crossed factor) is bounded with its whole norm and :math:`\lVert\varphi\rVert` (category
+``G + 1``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pymc_subsample.bounds.remainder import check_order
+from pymc_subsample.indexing import WeightedIndexSampler, round_up_float32
+
+__all__ = ["LevelBound", "LevelRates", "LevelRows", "level_rows"]
+
+#: ``κ_k`` of the scalar remainder bounds (module docstring).
+ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0}
+
+#: Relative margin on each linear factor for the float32 rounding of the stored shares.
+SHARE_MARGIN = 1e-6
+
+
+@dataclass(frozen=True)
+class LevelRows:
+    """Per-row pieces of the level bound for all N rows, from a data pass.
+
+    Attributes
+    ----------
+    weights : ndarray of float32
+        ``c̄_i = κ_k L_k S_i^{k+1}`` (rounded up), the fixed sampling weights.
+    share : ndarray of float32
+        ``ρ_i = s_i w_D / S_i`` in ``[0, 1]``.
+    category : ndarray of int32
+        The row's level ``k_i`` (``0..G-1``), ``G`` for none, ``G + 1`` for several.
+    plain : ndarray of float32
+        Corollary 2's constants ``L_k ‖x̃_i‖^{k+1}`` from the same pass (the alternative).
+    n_levels : int
+        ``G``.
+    order : int
+        Taylor order ``k``.
+    """
+
+    weights: np.ndarray
+    share: np.ndarray
+    category: np.ndarray
+    plain: np.ndarray
+    n_levels: int
+    order: int
+
+    @staticmethod
+    def empty(n_rows: int, n_levels: int, order: int) -> LevelRows:
+        return LevelRows(np.zeros(n_rows, np.float32), np.ones(n_rows, np.float32),
+                         np.zeros(n_rows, np.int32), np.zeros(n_rows, np.float32),
+                         n_levels, order)
+
+    def fill(self, rows: np.ndarray, block: tuple[np.ndarray, ...]) -> None:
+        """Write one block of :func:`level_rows` into the rows ``rows``."""
+        for target, values in zip((self.weights, self.share, self.category, self.plain), block,
+                                  strict=True):
+            target[rows] = values
+
+
+def dense_weight(dim: int, n_levels: int) -> float:
+    """``w_D``: the typical ``‖φ_D‖`` under ``N(0, I)``, ``√|D|``."""
+    return math.sqrt(max(dim - n_levels, 1))
+
+
+#: ``w_K``: twice the typical ``|φ_k|``, so that the largest of many levels' ``|φ_k| / w_K``
+#: rarely exceeds ``‖φ_D‖ / w_D`` (the envelope, and so the index draws, stay small).
+LEVEL_WEIGHT = 2.0
+
+
+def level_rows(
+    order: int, sup: np.ndarray, whitened: np.ndarray, n_levels: int
+) -> tuple[np.ndarray, ...]:
+    """``(c̄, ρ, category, plain)`` for a block of rows (float32 where :class:`LevelRows` is).
+
+    Parameters
+    ----------
+    order : {1, 2}
+    sup : ndarray, shape (n,)
+        ``L_k ≥ sup |f^{(k+1)}|`` of each row on the interval its predictor visits.
+    whitened : ndarray, shape (n, d)
+        ``x̃_i``, levels in the first ``n_levels`` columns.
+    n_levels : int
+        ``G``.
+    """
+    check_order(order)
+    xt = np.asarray(whitened, dtype=np.float64)
+    levels, dense = np.abs(xt[:, :n_levels]), xt[:, n_levels:]
+    touched = np.count_nonzero(levels, axis=1)
+    rows = np.arange(xt.shape[0])
+    level = np.argmax(levels, axis=1) if n_levels else np.zeros(xt.shape[0], dtype=np.int64)
+    t = levels[rows, level] if n_levels else np.zeros(xt.shape[0])
+    s = np.sqrt(np.einsum("ij,ij->i", dense, dense))
+    full = np.sqrt(np.einsum("ij,ij->i", xt, xt))
+    category = np.where(touched == 0, n_levels, level)
+    several = touched > 1
+    category[several] = n_levels + 1
+    s[several], t[several] = full[several], 0.0
+    wide = s * dense_weight(xt.shape[1], n_levels) + t * LEVEL_WEIGHT
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(wide > 0.0, s * dense_weight(xt.shape[1], n_levels) / wide, 1.0)
+    weights = ORDER_FACTOR[order] * sup * wide ** (order + 1)
+    return (round_up_float32(weights), np.clip(share, 0.0, 1.0).astype(np.float32),
+            category.astype(np.int32), round_up_float32(sup * full ** (order + 1)))
+
+
+class LevelRates:
+    """The rates ``B_i`` of one move ``θ → θ'`` (:meth:`LevelBound.rates`), as the MHSS kernel
+    reads them: :attr:`envelope` index draws are expected, :attr:`expected` rows are kept."""
+
+    def __init__(self, bound: LevelBound, coefficients: np.ndarray, envelope_factor: float):
+        self._bound = bound
+        self._coefficients = coefficients
+        self._envelope_factor = envelope_factor
+        self.envelope = bound.sampler.total * envelope_factor
+        self.expected = float(np.sum(coefficients * bound.moments))
+
+    def _factor(self, idx: np.ndarray) -> np.ndarray:
+        """``P_{k_i}(ρ_i)`` of the rows ``idx`` (Horner)."""
+        bound = self._bound
+        coef = self._coefficients[bound.category[idx]]
+        share = bound.share[idx].astype(np.float64)
+        factor = coef[:, -1]
+        for j in range(coef.shape[1] - 2, -1, -1):
+            factor = factor * share + coef[:, j]
+        return factor
+
+    def row_rates(self, idx: np.ndarray) -> np.ndarray:
+        """``B_i = c̄_i P_{k_i}(ρ_i) ≥ |ξ_i(θ, θ')|`` of the rows ``idx``."""
+        return self._bound.sampler.weights[idx] * self._factor(idx)
+
+    def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``size`` draws with probability ``c̄_i / C̄``, kept with ``P_{k_i}(ρ_i) / M̄`` (no
+        data read): the rows of a Poisson process of rate ``B_i`` and their rates."""
+        idx = self._bound.sampler.draw(rng, size)
+        factor = self._factor(idx)
+        keep = rng.random(idx.size) * self._envelope_factor < factor
+        return idx[keep], self._bound.sampler.weights[idx[keep]] * factor[keep]
+
+
+class LevelBound:
+    """The level-split MHSS bound (module docstring) on the rows of a :class:`LevelRows`.
+
+    Parameters
+    ----------
+    rows : LevelRows
+    dim : int
+        ``d``, the length of ``φ``.
+    """
+
+    def __init__(self, rows: LevelRows, dim: int) -> None:
+        self.order, self.n_levels, self.dim = rows.order, rows.n_levels, dim
+        self.sampler = WeightedIndexSampler(rows.weights)
+        self.share, self.category = rows.share, rows.category
+        self.dense_weight = dense_weight(dim, rows.n_levels)
+        n_cat, degree = rows.n_levels + 2, rows.order + 1
+        # Σ_{i ∈ k} c̄_i ρ_i^j per category and power, in chunks (O(N) once)
+        self.moments = np.zeros((n_cat, degree + 1))
+        step = 1 << 20
+        for start in range(0, rows.weights.size, step):
+            w = self.sampler.weights[start : start + step].astype(np.float64)
+            rho = rows.share[start : start + step].astype(np.float64)
+            cat = rows.category[start : start + step]
+            power = np.ones_like(w)
+            for j in range(degree + 1):
+                self.moments[:, j] += np.bincount(cat, weights=w * power, minlength=n_cat)
+                power = power * rho
+        self._present = self.moments[:, 0] > 0.0
+
+    def rates(self, phi: np.ndarray, phi_new: np.ndarray) -> LevelRates:
+        """The rates of the move between the whitened points ``φ`` and ``φ'``: per category,
+        the coefficients of ``P_k`` (the product of the linear factors ``H``, ``A``, ``A'`` of
+        the module docstring, in closed form) and its envelope."""
+        g, n_cat = self.n_levels, self.n_levels + 2
+        h = phi_new - phi
+        u = np.empty((3, n_cat))  # ‖·_D‖ / w_D per category (‖·‖ / w_D for several levels)
+        v = np.zeros((3, n_cat))  # |·_k| / w_K per level (0 for none and several)
+        for row, vec in enumerate((phi, phi_new, h)):
+            dense = math.sqrt(float(vec[g:] @ vec[g:]))
+            u[row, :-1] = dense
+            u[row, -1] = math.sqrt(dense * dense + float(vec[:g] @ vec[:g]))
+            v[row, :g] = np.abs(vec[:g]) * (1.0 / LEVEL_WEIGHT)
+        u *= 1.0 / self.dense_weight
+        top = np.maximum(u, v)
+        # each factor is v + margin + (u − v)ρ: never below its value at the stored ρ, never
+        # above max(u, v)(1 + margin); twice the margin covers the products' rounding
+        (a0, b0, h0), (a1, b1, h1) = v + SHARE_MARGIN * top, u - v
+        top = top * (1.0 + 2.0 * SHARE_MARGIN)
+        coefficients = np.empty((n_cat, self.order + 2))
+        if self.order == 1:  # H (A + A')
+            s0, s1 = a0 + b0, a1 + b1
+            coefficients[:, 0], coefficients[:, 1] = h0 * s0, h0 * s1 + h1 * s0
+            coefficients[:, 2] = h1 * s1
+            envelope = top[2] * (top[0] + top[1])
+        else:  # H (A² + A A' + A'²)
+            q0 = a0 * a0 + a0 * b0 + b0 * b0
+            q1 = 2.0 * a0 * a1 + a0 * b1 + a1 * b0 + 2.0 * b0 * b1
+            q2 = a1 * a1 + a1 * b1 + b1 * b1
+            coefficients[:, 0], coefficients[:, 1] = h0 * q0, h0 * q1 + h1 * q0
+            coefficients[:, 2], coefficients[:, 3] = h0 * q2 + h1 * q1, h1 * q2
+            envelope = top[2] * (top[0] ** 2 + top[0] * top[1] + top[1] ** 2)
+        return LevelRates(self, coefficients, float(np.max(envelope[self._present],
+                                                           initial=0.0)))
