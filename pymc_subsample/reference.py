@@ -8,7 +8,9 @@ in one or two steps from a good start, and each step is one pass over the data t
 
 1. **Subsample start.** Newton's method, damped by backtracking, on the log posterior with the
    likelihood of a random subsample of ``n`` rows weighted by ``N/n`` (``n`` a few percent of
-   ``N``): cheap, and within a few posterior standard deviations of the mode.
+   ``N``): cheap, and within a few posterior standard deviations of the mode. When Newton does
+   not converge there (down a hierarchical model's funnel, say), L-BFGS from the start takes
+   over and Newton finishes (:func:`_newton_or_lbfgs`).
 2. **Full-data Newton passes.** At each pass the Newton distance
    ``‖Lᵀ∇ log π(θ)‖`` (the length of the Newton step in posterior standard deviations, with
    ``L Lᵀ`` the inverse negative Hessian) is computed; the pass whose point is within
@@ -20,8 +22,8 @@ in one or two steps from a good start, and each step is one pass over the data t
    from the mode (a poor ``map_point``, or a subsample that misses what only a few rows
    inform, such as rare binary columns), damped Newton runs on all rows (each step and
    backtrack a counted pass) before the plain Newton passes resume.
-4. **Fallback.** If the Hessian is not negative definite along the way or Newton stalls, PyMC's
-   ``find_MAP`` (L-BFGS) restarts from the best point, and the passes resume. A point that
+4. **Fallback.** If the Hessian is not negative definite at a full pass, PyMC's ``find_MAP``
+   (L-BFGS on all rows) restarts from the model's initial point, and the passes resume. A point that
    still is not a mode after ``max_passes`` is refused with an error.
 
 A user's ``map_point`` is checked the same way (one pass), and refined if it is not a mode.
@@ -349,13 +351,23 @@ def _newton(
     return theta, prec, False
 
 
-#: Objective evaluations allowed to :func:`_lbfgs`, and its relative change of the log posterior
-#: at which it stops (Newton's method, which follows, converges from much farther)
-LBFGS_EVALUATIONS, LBFGS_FTOL = 200, 1e-7
+#: Objective evaluations allowed to :func:`_lbfgs`, and the Newton distance (posterior sds,
+#: with a negative definite Hessian) at which it hands over to Newton's method (as the
+#: full-data passes trust a plain Newton step from within 25 sds)
+LBFGS_EVALUATIONS, NEWTON_BASIN = 200, 25.0
+
+
+class _NewtonBasin(Exception):
+    """Raised inside L-BFGS at the first point where Newton's method can take over."""
+
+    def __init__(self, theta: np.ndarray) -> None:
+        self.theta = theta
 
 
 def _lbfgs(objective, theta: np.ndarray) -> np.ndarray:
-    """L-BFGS ascent (SciPy) on ``objective``'s value and gradient, from ``θ``.
+    """L-BFGS ascent (SciPy) on ``objective``'s value and gradient, from ``θ``, until a point
+    where Newton's method can take over: its Hessian negative definite and the Newton step at
+    most :data:`NEWTON_BASIN` posterior sds long.
 
     Newton's method rescales each direction by its curvature. In a hierarchical model started
     with its group effects at zero, the group scale's curvature is nearly zero and its
@@ -365,13 +377,21 @@ def _lbfgs(objective, theta: np.ndarray) -> np.ndarray:
     gradient then points to the mode the data inform (as PyMC's ``find_MAP`` finds it).
     """
     def negative(th):
-        value, g, _ = objective(th)
+        value, g, prec = objective(th)
         if not (np.isfinite(value) and np.all(np.isfinite(g))):
             return np.inf, np.zeros_like(th)
+        try:
+            if LaplaceFrame(th, prec).newton_distance(g) <= NEWTON_BASIN:
+                raise _NewtonBasin(np.array(th))
+        except NotPositiveDefiniteError:
+            pass
         return -value, -g
 
-    result = scipy.optimize.minimize(negative, theta, jac=True, method="L-BFGS-B",
-                                     options={"maxfun": LBFGS_EVALUATIONS, "ftol": LBFGS_FTOL})
+    try:
+        result = scipy.optimize.minimize(negative, theta, jac=True, method="L-BFGS-B",
+                                         options={"maxfun": LBFGS_EVALUATIONS})
+    except _NewtonBasin as basin:
+        return basin.theta
     return result.x
 
 
