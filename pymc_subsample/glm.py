@@ -39,11 +39,14 @@ from pymc_subsample.bounds import (
     Family,
     LevelRows,
     LocationScaleFamily,
+    SharedScaleRows,
+    combine_partials,
     level_rows,
     location_scale_families,
     region_radius,
     registered,
     scalar_op,
+    shared_scale_rows,
 )
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.frame import LaplaceFrame
@@ -390,12 +393,7 @@ class GLMPass:
         full_data = idx_chunks is None
         total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
         levels = levels if self.level_bounds and len(self.terms) == 1 and order else 0
-        # float32 rounded up (4 bytes a row, still bounds): pymc_subsample.indexing
-        consts = (
-            None if order is None
-            else LevelRows.empty(lik.n_rows, levels, order) if levels
-            else np.zeros(lik.n_rows, dtype=np.float32)
-        )
+        consts = None if order is None else self._constants_store(order, levels)
         # the family's f is compared with the model's likelihood on every row once: on the
         # subsample passes (unless check_subsamples is off) and the first full pass; f is a
         # function of (η_i, y_i) alone, so later passes only change η
@@ -407,20 +405,30 @@ class GLMPass:
                                          levels, chunks=idx_chunks)
             for chunk, (s, gb, hb, cb) in results:
                 total, g, h = total + s, g + gb, h + hb
-                if levels:
-                    consts.fill(chunk, cb)
-                elif consts is not None:
+                if isinstance(consts, np.ndarray):
                     consts[chunk] = cb
+                elif consts is not None:
+                    consts.fill(chunk, cb)
         if full_data:
             self.n_passes += 1
         # lik.terms is tempered already; f' and f'' come from the untempered family logp
         k = weight / lik.temperature
         return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
 
+    def _constants_store(self, order: int, levels: int):
+        """Where :meth:`full` puts the constants of all N rows: the level bound's
+        :class:`~pymc_subsample.bounds.LevelRows` when the frame has levels, else ``c_i`` as
+        float32 rounded up (4 bytes a row, still bounds: :mod:`pymc_subsample.indexing`)."""
+        n_rows = self.lik.n_rows
+        if levels:
+            return LevelRows.empty(n_rows, levels, order)
+        return np.zeros(n_rows, dtype=np.float32)
+
     def _block(self, chunk: np.ndarray, theta: np.ndarray, check: bool, order: int | None,
                whiten_rows: Callable | None, levels: int = 0):
         """One block of :meth:`full`: ``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i, constants or None)`` on
-        ``chunk``; the constants are ``c_i``, or the four arrays of :func:`level_rows`."""
+        ``chunk``; the constants are ``c_i``, or a tuple of a bound's pieces
+        (:meth:`_row_constants`)."""
         s, pieces = self.rows(theta, chunk, check=check)
         gb, hb, cb = 0.0, 0.0, 0.0
         # a Newton step that overshoots (a log link) may overflow: its -inf value is enough
@@ -428,10 +436,11 @@ class GLMPass:
             for term, piece in zip(self.terms, pieces, strict=True):
                 g, h = self._term_sums(piece)
                 gb, hb = gb + g, hb + h
-                if levels:  # one observed variable (full())
-                    return s, gb, hb, self._level_rows(term, order, piece, whiten_rows, levels)
                 if order is not None:
-                    cb = cb + self._row_constants(term, order, piece, whiten_rows)
+                    c = self._row_constants(term, order, piece, whiten_rows, levels)
+                    if isinstance(c, tuple):  # a bound's pieces: one observed variable
+                        return s, gb, hb, c
+                    cb = cb + c
         cb = round_up_float32(cb / self.lik.temperature) if order is not None else None
         return s, gb, hb, cb
 
@@ -440,13 +449,16 @@ class GLMPass:
         x, f1, f2, *_ = piece
         return x.T @ f1, x.T @ (f2[:, None] * x)
 
-    def _row_constants(self, term, order, piece, whiten_rows) -> np.ndarray:
-        """``c_i`` of one variable's rows in a chunk (:meth:`Family.row_constants`).
+    def _row_constants(self, term, order, piece, whiten_rows, levels=0) -> np.ndarray | tuple:
+        """``c_i`` of one variable's rows in a chunk (:meth:`Family.row_constants`), or with
+        ``levels`` the level bound's pieces (:meth:`_level_rows`).
 
         A region family's constants hold on ``‖φ‖ ≤ r`` of the Laplace frame, so only with
         whitened rows: with Euclidean ones the family itself refuses (no global bound). The
         pass runs at ``θ̂`` itself, so ``η`` is ``η̂_i``.
         """
+        if levels:
+            return self._level_rows(term, order, piece, whiten_rows, levels)
         x, _, _, y, eta_hat, params = piece
         whitened = whiten_rows is not None
         xt = whiten_rows(x) if whitened else x
@@ -722,17 +734,35 @@ class LocationScalePass(GLMPass):
         hess = x_mu.T @ (f11[:, None] * x_mu) + cross + cross.T + x_ls.T @ (f22[:, None] * x_ls)
         return x_mu.T @ f1 + x_ls.T @ f2, hess
 
-    def _row_constants(self, term, order, piece, whiten_rows) -> np.ndarray:
+    def _constants_store(self, order: int, levels: int):
+        """The shared-scale bound's :class:`~pymc_subsample.bounds.SharedScaleRows` for one
+        observed variable (Corollary 2's constants among them), else ``c_i``."""
+        if len(self.terms) == 1:
+            return SharedScaleRows.empty(self.lik.n_rows, order)
+        return super()._constants_store(order, 0)
+
+    def _row_constants(self, term, order, piece, whiten_rows, levels=0) -> np.ndarray | tuple:
         """The region constants of one variable's rows, with the angle between their two
-        whitened predictor rows (:meth:`LocationScaleFamily.row_constants`)."""
+        whitened predictor rows (:meth:`LocationScaleFamily.row_constants`); for a model of
+        one observed variable, with the shared-scale bound's pieces
+        ``(weights, c_i, ℓ or None)`` (:func:`~pymc_subsample.bounds.shared_scale_rows`)."""
         if whiten_rows is None:
             raise ValueError("two-predictor constants hold on a region of the Laplace frame "
                              "only: pass whiten_rows")
         x_mu, x_ls, _, _, mu, ls, y, params = piece
-        xt_mu, xt_ls = whiten_rows(x_mu), whiten_rows(x_ls)
+        # one σ for all rows: one whitened row ℓ, exactly the same on every row
+        shared = bool(np.all(x_ls == x_ls[:1]))
+        xt_mu = whiten_rows(x_mu)
+        xt_ls = np.broadcast_to(whiten_rows(x_ls[:1]), x_ls.shape) if shared else whiten_rows(x_ls)
         s_mu, s_ls = _row_norms(xt_mu), _row_norms(xt_ls)
-        return term.family.row_constants(order, s_mu, s_ls, y, mu, ls, self.region_radius,
-                                         *params, cos=row_cosines(xt_mu, xt_ls, s_mu, s_ls))
+        sup = term.family.suprema(order, s_mu, s_ls, y, mu, ls, self.region_radius, *params)
+        plain = combine_partials(order, sup, s_mu, s_ls, row_cosines(xt_mu, xt_ls, s_mu, s_ls))
+        if len(self.terms) != 1:
+            return plain
+        temperature = self.lik.temperature
+        weights = shared_scale_rows(order, {k: v / temperature for k, v in sup.items()}, s_mu)
+        return (weights, round_up_float32(plain / temperature),
+                np.array(xt_ls[0]) if shared else None)
 
 
 def _row_norms(rows: np.ndarray) -> np.ndarray:

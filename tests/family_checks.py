@@ -23,7 +23,13 @@ import numpy as np
 import pymc as pm
 
 import pymc_subsample as pms
-from pymc_subsample.bounds import family, region_radius
+from pymc_subsample.bounds import (
+    SharedScaleBound,
+    SharedScaleRows,
+    family,
+    region_radius,
+    shared_scale_rows,
+)
 from pymc_subsample.datasets import glm_data, glm_model
 from tests.make_glm_references import reference_path
 from tests.pairs import assert_stored_constants, worst_bound_ratio
@@ -185,13 +191,29 @@ def check_written_derivatives(f: Callable, rows: TwoPredictors, grad: tuple,
 
 def check_two_predictor_pairs(step, rows: TwoPredictors, f: Callable, grad: tuple, hess: tuple,
                               consts: np.ndarray, order: int) -> float:
-    """The bound of a two-predictor row on 10⁴ pairs in the ball, 2000 random rows.
+    """The bounds of a two-predictor row on 10⁴ pairs in the ball, 2000 random rows:
+    Corollary 2's with the package's constants ``consts`` for these rows, and the shared-scale
+    bound (``bounds.shared_scale``) from the family's suprema on the same rows.
 
     ``f(p1, p2)`` is the rows' log-density, ``grad = (g1, g2)`` and ``hess = (h11, h12, h22)``
-    its derivatives at θ̂ (columns); ``consts`` the package's constants for these rows (the
-    step's own for order 2).
+    its derivatives at θ̂ (columns). For order 2 the step's own stored pieces are compared with
+    the formulas: Corollary 2's constants, or the shared-scale weights when the step kept that
+    bound (every test family has one σ, dispersion or shape for all rows).
     """
-    if order == 2:
+    pass_, dim = step._reference_pass, step.likelihood.dim
+    (term,) = pass_.terms
+    _, (piece,) = pass_.rows(step.theta_hat, PAIR_ROWS, check=False)
+    *_, y, params = piece
+    suprema = term.family.suprema(order, rows.s_first, rows.s_second, y, rows.first_hat,
+                                  np.full(len(y), rows.second_hat), step.region_radius, *params)
+    weights = shared_scale_rows(order, suprema, rows.s_first)
+    shared = SharedScaleBound(SharedScaleRows(weights, consts.astype(np.float32), order,
+                                              rows.xt_second), dim)
+    if order == 2 and isinstance(step.rate_bound, SharedScaleBound):
+        exact = np.stack([suprema[(m, 3 - m)] * rows.s_first**m for m in range(4)], axis=1)
+        assert_stored_constants(step.rate_bound.weights[PAIR_ROWS].ravel(), exact.ravel())
+        np.testing.assert_allclose(step.rate_bound.shared_row, rows.xt_second, rtol=1e-12)
+    elif order == 2:
         assert_stored_constants(step.row_constants[PAIR_ROWS], consts)
     xt1, xt2, p1_hat, p2_hat = rows.xt_first, rows.xt_second, rows.first_hat, rows.second_hat
     (g1, g2), (h11, h12, h22) = grad, hess
@@ -208,10 +230,14 @@ def check_two_predictor_pairs(step, rows: TwoPredictors, f: Callable, grad: tupl
             taylor = taylor + 0.5 * (quad(u_new, v_new) - quad(u, v))
         return exact - taylor, exact
 
-    worst = worst_bound_ratio(remainders, consts, step.likelihood.dim, step.region_radius, order,
-                              sharp=False, seed=2)
-    assert worst <= 1.0, f"bound violated: max |ξ|/(c M) = {worst}"
-    assert worst > 1e-3  # the pairs reach where the bound matters
+    every_row = np.arange(len(PAIR_ROWS))
+    worst = 0.0
+    for rates in (None, lambda a, b: shared.rates(a, b).row_rates(every_row)):
+        ratio = worst_bound_ratio(remainders, consts, dim, step.region_radius, order,
+                                  sharp=False, seed=2, rates=rates)
+        assert ratio <= 1.0, f"bound violated: max |ξ|/bound = {ratio}"
+        assert ratio > 1e-3  # the pairs reach where the bound matters
+        worst = max(worst, ratio)
     return worst
 
 

@@ -27,13 +27,15 @@ def worst_bound_ratio(
     seed: int = 1,
     batches: int = 20,
     pairs_per_batch: int = 500,
+    rates: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> float:
     """``max (|ξ_i| − rounding) / (c_i M)`` over ``batches × pairs_per_batch`` pairs in the ball.
 
     Odd batches pair independent points, even ones close pairs (``φ' = φ + 0.01 z``, pulled
     back into the ball). ``remainders(φ, φ')`` returns ``(ξ, exact)`` of shape
     ``(rows, pairs)``: the remainders and the exact differences ``ℓ_i(φ') − ℓ_i(φ)`` (whose
-    size sets the rounding allowed).
+    size sets the rounding allowed). ``rates(φ, φ')``, when given, is a bound's per-row rates
+    ``B_i`` of one pair, in place of ``c_i M`` (``consts`` is then not read).
     """
     rng = np.random.default_rng(seed)
     worst = 0.0
@@ -43,10 +45,14 @@ def worst_bound_ratio(
             phi + 0.01 * rng.normal(size=phi.shape))
         phi_new *= np.minimum(1.0, radius / np.linalg.norm(phi_new, axis=1, keepdims=True))
         xi, exact = remainders(phi, phi_new)
-        m = np.array([remainder_scale(a, b, np.zeros(dim), order, sharp=sharp)
-                      for a, b in zip(phi, phi_new, strict=True)])
+        if rates is None:
+            m = np.array([remainder_scale(a, b, np.zeros(dim), order, sharp=sharp)
+                          for a, b in zip(phi, phi_new, strict=True)])
+            bound = consts[:, None] * m[None, :]
+        else:
+            bound = np.column_stack([rates(a, b) for a, b in zip(phi, phi_new, strict=True)])
         slack = 1e-9 * np.abs(exact).max() + 1e-12
-        worst = max(worst, float(((np.abs(xi) - slack) / (consts[:, None] * m[None, :])).max()))
+        worst = max(worst, float(((np.abs(xi) - slack) / bound).max()))
     return worst
 
 

@@ -174,9 +174,9 @@ def random_intercepts():
 def test_random_intercepts_get_the_level_bound(random_intercepts):
     _, step = random_intercepts
     assert step.frame.n_levels == RE_GROUPS
-    assert step.level_bound is not None
+    assert isinstance(step.rate_bound, LevelBound)
     profile = step.setup_profile
-    assert profile["level_bound_rows"] < profile["corollary2_rows"] / 10
+    assert profile["rate_bound_rows"] < profile["corollary2_rows"] / 10
 
 
 def test_level_bound_holds_for_the_models_own_remainders(random_intercepts):
@@ -191,5 +191,5 @@ def test_level_bound_holds_for_the_models_own_remainders(random_intercepts):
         phi_new = phi + size * rng.uniform(0.05, 1.0) * rng.standard_normal(lik.dim) / np.sqrt(
             lik.dim)
         xi = step.control_variate.remainder(frame.unwhiten(phi), frame.unwhiten(phi_new), rows)
-        b = step.level_bound.rates(phi, phi_new).row_rates(rows)
+        b = step.rate_bound.rates(phi, phi_new).row_rates(rows)
         assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-12), k

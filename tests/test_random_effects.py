@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 import pymc_subsample as pms
+from pymc_subsample.bounds import LevelBound
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.errors import SubsamplingModelError
 from tests.family_checks import check_posterior
@@ -38,6 +39,6 @@ def test_centred_random_effects_match_nuts():
     # then picks pCN's independence end (ρ = 0), which is sticky on this small, non-Gaussian
     # posterior (300 rows per group): 20000 draws give every coordinate an ESS in the
     # thousands
-    assert step.level_bound is not None
+    assert isinstance(step.rate_bound, LevelBound)
     check_posterior(model, step, "random_effects", others=("u", "s"), max_rows=10,
                     case=(12_000, 3, 5), draws=20_000)

@@ -14,7 +14,7 @@ import pytest
 from scipy.special import expit
 
 import pymc_subsample as pms
-from pymc_subsample.bounds import derivative_bound, remainder_scale
+from pymc_subsample.bounds import LevelBound, derivative_bound, remainder_scale
 from pymc_subsample.bounds.levels import LEVEL_WEIGHT
 from pymc_subsample.datasets import glm_model, ill_conditioned_data
 from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
@@ -118,8 +118,8 @@ def test_step_constants_are_the_whitened_norms(ill_conditioned_step):
     read more rows."""
     X, y, _, step = ill_conditioned_step
     g = step.frame.n_levels
-    assert g == 2 and step.level_bound is not None
-    assert step.setup_profile["level_bound_rows"] < step.setup_profile["corollary2_rows"]
+    assert g == 2 and isinstance(step.rate_bound, LevelBound)
+    assert step.setup_profile["rate_bound_rows"] < step.setup_profile["corollary2_rows"]
     xt = step.frame.whiten_rows(X)
     s, t = np.linalg.norm(xt[:, g:], axis=1), np.abs(xt[:, :g]).max(axis=1)
     assert np.all(np.count_nonzero(xt[:, :g], axis=1) <= 1)
@@ -141,7 +141,7 @@ def test_compiled_remainders_obey_the_step_bound(ill_conditioned_step):
         phi, phi_new = scale * rng.normal(size=12), scale * rng.normal(size=12)
         xi = cv.remainder(frame.unwhiten(phi), frame.unwhiten(phi_new), idx)
         for bound in (consts * remainder_scale(phi, phi_new, np.zeros(12), 2),
-                      step.level_bound.rates(phi, phi_new).row_rates(idx)):
+                      step.rate_bound.rates(phi, phi_new).row_rates(idx)):
             assert np.all(np.abs(xi) <= bound * (1 + 1e-7) + 1e-9)
 
 

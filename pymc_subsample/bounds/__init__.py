@@ -68,6 +68,7 @@ from pymc_subsample.bounds import (  # noqa: F401  (each module registers its fa
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
+    combine_partials,
     family,
     location_scale_families,
     registered,
@@ -75,6 +76,7 @@ from pymc_subsample.bounds.family import (
 )
 from pymc_subsample.bounds.levels import LevelBound, LevelRates, LevelRows, level_rows
 from pymc_subsample.bounds.normal import normal_scale_row_constants
+from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import (
     REGION_TAIL,
     check_order,
@@ -82,17 +84,28 @@ from pymc_subsample.bounds.remainder import (
     region_radius,
     remainder_scale,
 )
+from pymc_subsample.bounds.shared_scale import (
+    SharedScaleBound,
+    SharedScaleRates,
+    SharedScaleRows,
+    shared_scale_rows,
+)
 from pymc_subsample.bounds.student_t import student_t_scale_row_constants
 
 __all__ = [
     "FAMILIES",
     "REGION_FAMILIES",
     "REGION_TAIL",
+    "SharedScaleBound",
+    "SharedScaleRates",
+    "SharedScaleRows",
+    "EnvelopeRates",
     "Family",
     "LevelBound",
     "LevelRates",
     "LevelRows",
     "LocationScaleFamily",
+    "combine_partials",
     "derivative_bound",
     "family",
     "glm_loglik",
@@ -105,6 +118,7 @@ __all__ = [
     "registered",
     "remainder_scale",
     "scalar_op",
+    "shared_scale_rows",
     "student_t_scale_row_constants",
 ]
 

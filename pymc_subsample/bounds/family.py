@@ -229,6 +229,21 @@ class LocationScaleFamily:
         family's ``f`` with its fixed parameter made ``exp(log_scale)``)."""
         raise NotImplementedError
 
+    def suprema(
+        self,
+        order: int,
+        s_mu: np.ndarray,
+        s_log_sigma: np.ndarray,
+        y: np.ndarray,
+        mu_hat: np.ndarray,
+        log_sigma_hat: np.ndarray,
+        radius: float,
+        *params: np.ndarray,
+    ) -> dict[tuple[int, int], np.ndarray]:
+        """``{(a, b): S_{a,b}}``, ``S_{a,b} ≥ sup |∂^a_μ ∂^b_λ f|`` per row on the box that
+        ``‖φ‖ ≤ radius`` allows, for ``a + b = order + 1``."""
+        raise NotImplementedError
+
     def row_constants(
         self,
         order: int,
@@ -241,12 +256,14 @@ class LocationScaleFamily:
         *params: np.ndarray,
         cos: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Whitened ``c_i`` valid on ``‖φ‖ ≤ radius``.
+        """Whitened ``c_i`` valid on ``‖φ‖ ≤ radius``: :func:`combine_partials` of
+        :meth:`suprema`.
 
         ``cos`` is the cosine of the angle between each row's two whitened predictor rows
         (:func:`combine_partials`); ``None``: no angle factors (any angle).
         """
-        raise NotImplementedError
+        sup = self.suprema(order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, *params)
+        return combine_partials(order, sup, s_mu, s_log_sigma, cos)
 
 
 def combine_partials(

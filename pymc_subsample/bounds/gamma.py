@@ -163,14 +163,19 @@ def gamma_scale_row_constants(
     :func:`~pymc_subsample.bounds.family.combine_partials` (``Σ_{a+b=k+1} C(k+1, a) S_{a,b}
     s_η^a s_λ^b`` times angle factors for ``cos``) with :func:`gamma_scale_suprema` on the
     region's box, for use with ``M`` without Lemma 1's angle factors."""
+    sup = _region_suprema(order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius)
+    return combine_partials(order, sup, s_eta, s_log_alpha, cos)
+
+
+def _region_suprema(order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius):
+    """:func:`gamma_scale_suprema` on the box of ``‖φ‖ ≤ r``."""
     check_region(order, radius)
     s1 = np.asarray(s_eta, dtype=np.float64)
     s2 = np.asarray(s_log_alpha, dtype=np.float64)
     eta_hat = np.asarray(eta_hat, dtype=np.float64)
     lam_hat = np.asarray(log_alpha_hat, dtype=np.float64)
-    sup = gamma_scale_suprema(order, y, (eta_hat - radius * s1, eta_hat + radius * s1),
-                              (lam_hat - radius * s2, lam_hat + radius * s2))
-    return combine_partials(order, sup, s1, s2, cos)
+    return gamma_scale_suprema(order, y, (eta_hat - radius * s1, eta_hat + radius * s1),
+                               (lam_hat - radius * s2, lam_hat + radius * s2))
 
 
 @register
@@ -188,7 +193,5 @@ class GammaScale(LocationScaleFamily):
     def logp(self, first, log_scale, y):
         return GammaLog().terms(first, y, pt.exp(log_scale))[0]
 
-    def row_constants(self, order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius, *,
-                      cos=None):
-        return gamma_scale_row_constants(order, s_eta, s_log_alpha, y, eta_hat,
-                                         log_alpha_hat, radius, cos)
+    def suprema(self, order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius):
+        return _region_suprema(order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius)

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import check_order
 from pymc_subsample.indexing import WeightedIndexSampler, round_up_float32
 
@@ -151,38 +152,24 @@ def level_rows(
             category.astype(np.int32), round_up_float32(sup * full ** (order + 1)))
 
 
-class LevelRates:
-    """The rates ``B_i`` of one move ``θ → θ'`` (:meth:`LevelBound.rates`), as the MHSS kernel
-    reads them: :attr:`envelope` index draws are expected, :attr:`expected` rows are kept."""
+class LevelRates(EnvelopeRates):
+    """The rates ``B_i`` of one move ``θ → θ'`` (:meth:`LevelBound.rates`)."""
 
     def __init__(self, bound: LevelBound, coefficients: np.ndarray, envelope_factor: float):
+        super().__init__(bound.sampler, envelope_factor,
+                         float(np.sum(coefficients * bound.moments)))
         self._bound = bound
         self._coefficients = coefficients
-        self._envelope_factor = envelope_factor
-        self.envelope = bound.sampler.total * envelope_factor
-        self.expected = float(np.sum(coefficients * bound.moments))
 
-    def _factor(self, idx: np.ndarray) -> np.ndarray:
-        """``P_{k_i}(ρ_i)`` of the rows ``idx`` (Horner)."""
+    def row_rates(self, idx: np.ndarray) -> np.ndarray:
+        """``B_i = c̄_i P_{k_i}(ρ_i) ≥ |ξ_i(θ, θ')|`` of the rows ``idx`` (Horner in ``ρ_i``)."""
         bound = self._bound
         coef = self._coefficients[bound.category[idx]]
         share = bound.share[idx].astype(np.float64)
         factor = coef[:, -1]
         for j in range(coef.shape[1] - 2, -1, -1):
             factor = factor * share + coef[:, j]
-        return factor
-
-    def row_rates(self, idx: np.ndarray) -> np.ndarray:
-        """``B_i = c̄_i P_{k_i}(ρ_i) ≥ |ξ_i(θ, θ')|`` of the rows ``idx``."""
-        return self._bound.sampler.weights[idx] * self._factor(idx)
-
-    def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """``size`` draws with probability ``c̄_i / C̄``, kept with ``P_{k_i}(ρ_i) / M̄`` (no
-        data read): the rows of a Poisson process of rate ``B_i`` and their rates."""
-        idx = self._bound.sampler.draw(rng, size)
-        factor = self._factor(idx)
-        keep = rng.random(idx.size) * self._envelope_factor < factor
-        return idx[keep], self._bound.sampler.weights[idx[keep]] * factor[keep]
+        return self.sampler.weights[idx] * factor
 
 
 class LevelBound:

@@ -153,12 +153,18 @@ def negative_binomial_scale_row_constants(
     ``λ = log α`` and :func:`scale_suprema` on the region's box (module docstring); for use with
     ``M`` without Lemma 1's angle factors.
     """
+    sup = _region_suprema(order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius)
+    return combine_partials(order, sup, s_t, s_log_alpha, cos)
+
+
+def _region_suprema(order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius):
+    """:func:`scale_suprema` on the box of ``‖φ‖ ≤ r``."""
     check_region(order, radius)
     s1 = np.asarray(s_t, dtype=np.float64)
     s2 = np.asarray(s_log_alpha, dtype=np.float64)
     alpha_upper = np.exp(np.asarray(log_alpha_hat, dtype=np.float64) + radius * s2)
     t_upper = np.asarray(t_hat, dtype=np.float64) + radius * s1
-    return combine_partials(order, scale_suprema(order, y, t_upper, alpha_upper), s1, s2, cos)
+    return scale_suprema(order, y, t_upper, alpha_upper)
 
 
 @register
@@ -182,7 +188,5 @@ class NegativeBinomialScale(LocationScaleFamily):
     def logp(self, first, log_scale, y):
         return NegativeBinomialLog().terms(first + log_scale, y, pt.exp(log_scale))[0]
 
-    def row_constants(self, order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius, *,
-                      cos=None):
-        return negative_binomial_scale_row_constants(order, s_t, s_log_alpha, y, t_hat,
-                                                     log_alpha_hat, radius, cos)
+    def suprema(self, order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius):
+        return _region_suprema(order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius)

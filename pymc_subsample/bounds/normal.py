@@ -88,17 +88,29 @@ def normal_scale_row_constants(
     for ``M`` without Lemma 1's angle factors (``remainder_scale(..., sharp=False)``). ``cos``:
     the cosine of the angle between the two whitened rows, which scales the mixed terms.
     """
+    suprema = normal_scale_suprema(order, s_mu, s_log_sigma, abs_resid_hat, log_sigma_hat,
+                                   radius)
+    return combine_partials(order, suprema, s_mu, s_log_sigma, cos)
+
+
+def normal_scale_suprema(
+    order: int,
+    s_mu: np.ndarray,
+    s_log_sigma: np.ndarray,
+    abs_resid_hat: np.ndarray,
+    log_sigma_hat: np.ndarray,
+    radius: float,
+) -> dict[tuple[int, int], np.ndarray]:
+    """``S_{a,b} ≥ sup |∂^a_μ ∂^b_λ f|`` on ``‖φ‖ ≤ r``, ``a + b = order + 1``
+    (:func:`normal_scale_row_constants`)."""
     check_region(order, radius)
     s1 = np.asarray(s_mu, dtype=np.float64)
     s2 = np.asarray(s_log_sigma, dtype=np.float64)
     p = np.asarray(abs_resid_hat, dtype=np.float64) + radius * s1
     e = np.exp(-2.0 * np.asarray(log_sigma_hat, dtype=np.float64) + 2.0 * radius * s2)
     if order == 1:
-        suprema = {(2, 0): e, (1, 1): 2.0 * p * e, (0, 2): 2.0 * p**2 * e}
-    else:
-        suprema = {(3, 0): 0.0 * e, (2, 1): 2.0 * e, (1, 2): 4.0 * p * e,
-                   (0, 3): 4.0 * p**2 * e}
-    return combine_partials(order, suprema, s1, s2, cos)
+        return {(2, 0): e, (1, 1): 2.0 * p * e, (0, 2): 2.0 * p**2 * e}
+    return {(3, 0): 0.0 * e, (2, 1): 2.0 * e, (1, 2): 4.0 * p * e, (0, 3): 4.0 * p**2 * e}
 
 
 @register
@@ -116,7 +128,6 @@ class NormalScale(LocationScaleFamily):
     def logp(self, first, log_scale, y):
         return NormalIdentity().terms(first, y, pt.exp(log_scale))[0]
 
-    def row_constants(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, *,
-                      cos=None):
-        return normal_scale_row_constants(order, s_mu, s_log_sigma, np.abs(y - mu_hat),
-                                          log_sigma_hat, radius, cos)
+    def suprema(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius):
+        return normal_scale_suprema(order, s_mu, s_log_sigma, np.abs(y - mu_hat),
+                                    log_sigma_hat, radius)

@@ -122,14 +122,22 @@ def student_t_scale_row_constants(
 
     for use with ``M`` without Lemma 1's angle factors.
     """
+    suprema = student_t_scale_suprema(order, s_log_sigma, log_sigma_hat, radius, nu)
+    return combine_partials(order, suprema, s_mu, s_log_sigma, cos)
+
+
+def student_t_scale_suprema(
+    order: int, s_log_sigma: np.ndarray, log_sigma_hat: np.ndarray, radius: float,
+    nu: np.ndarray | float,
+) -> dict[tuple[int, int], np.ndarray]:
+    """``S_{a,b} = (ν + 1) P̄_{a,b} (e^{-(λ̂ - r s_λ)}/√ν)^a`` for ``a + b = order + 1``
+    (:func:`student_t_scale_row_constants`)."""
     check_region(order, radius)
     s2 = np.asarray(s_log_sigma, dtype=np.float64)
     nu = np.asarray(nu, dtype=np.float64)
     scale = np.exp(-(np.asarray(log_sigma_hat, dtype=np.float64) - radius * s2)) / np.sqrt(nu)
     k = order + 1
-    suprema = {(a, k - a): (nu + 1.0) * SCALE_SUPREMA[(a, k - a)] * scale**a
-               for a in range(k + 1)}
-    return combine_partials(order, suprema, s_mu, s2, cos)
+    return {(a, k - a): (nu + 1.0) * SCALE_SUPREMA[(a, k - a)] * scale**a for a in range(k + 1)}
 
 
 @register
@@ -148,7 +156,5 @@ class StudentTScale(LocationScaleFamily):
     def logp(self, first, log_scale, y, nu):
         return StudentT().terms(first, y, nu, pt.exp(log_scale))[0]
 
-    def row_constants(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, nu, *,
-                      cos=None):
-        return student_t_scale_row_constants(order, s_mu, s_log_sigma, log_sigma_hat, radius, nu,
-                                             cos)
+    def suprema(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, nu):
+        return student_t_scale_suprema(order, s_log_sigma, log_sigma_hat, radius, nu)

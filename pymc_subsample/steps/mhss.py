@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 from pymc.step_methods.state import dataclass_state
 
-from pymc_subsample.bounds import LevelBound, LevelRows, remainder_scale
+from pymc_subsample.bounds import (
+    LevelBound,
+    LevelRows,
+    SharedScaleBound,
+    SharedScaleRows,
+    remainder_scale,
+)
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.glm import GLMPass, LocationScalePass, detect_location_scale_terms
 from pymc_subsample.indexing import WeightedIndexSampler
@@ -27,8 +33,8 @@ USER_BOUND_PAIRS, USER_BOUND_ROWS, USER_BOUND_SEED = 64, 2048, 20240611
 #: it waits for before judging.
 FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
 
-#: Pairs of points and seed with which the level bound and Corollary 2's are compared.
-LEVEL_CHOICE_PAIRS, LEVEL_CHOICE_SEED = 64, 20261125
+#: Pairs of points and seed with which a rate bound and Corollary 2's are compared.
+RATE_CHOICE_PAIRS, RATE_CHOICE_SEED = 64, 20261125
 
 
 @dataclass_state
@@ -147,9 +153,10 @@ class MHSS(SubsamplingStep):
         self.sharp_angles = True
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
-        #: the level bound (rows that touch one level of a grouping factor), when the frame
-        #: has levels and it expects fewer rows than Corollary 2's; else None
-        self.level_bound: LevelBound | None = None
+        #: the bound with per-row rates, when one applies and it expects fewer rows than
+        #: Corollary 2's: the level bound (rows that touch one level of a grouping factor) or
+        #: the shared-scale bound (two predictors, one sampled scale for all rows); else None
+        self.rate_bound: LevelBound | SharedScaleBound | None = None
         if bound is None:
             # whitened constants from the reference fit's last pass, M from whitened points
             consts = self.reference.row_constants
@@ -157,8 +164,8 @@ class MHSS(SubsamplingStep):
             # families with unbounded derivatives: constants valid for ‖φ‖, ‖φ'‖ ≤ r only
             self.region_radius = self._reference_pass.region_radius
             self.sharp_angles = self._reference_pass.sharp_angles
-            if isinstance(consts, LevelRows):
-                consts = self._choose_level_bound(consts)
+            if isinstance(consts, (LevelRows, SharedScaleRows)):
+                consts = self._choose_rate_bound(consts)
         else:
             consts = bound.row_constants
             if callable(consts):
@@ -181,38 +188,45 @@ class MHSS(SubsamplingStep):
                     f"{np.count_nonzero(~(consts >= 0.0) | ~np.isfinite(consts))} rows that are not"
                 )
             self._check_user_bound(consts)
-        self.sampler = (WeightedIndexSampler(consts) if self.level_bound is None
-                        else self.level_bound.sampler)
+        self.sampler = (WeightedIndexSampler(consts) if self.rate_bound is None
+                        else self.rate_bound.sampler)
         #: ``c_i`` as the sampler holds them (float32 rounded up): the thinning reads the same
-        #: (the level bound's fixed weights ``c̄_i`` with a level bound)
+        #: (the fixed weights ``c̄_i`` of a :attr:`rate_bound`)
         self.row_constants = self.sampler.weights
         self._reset_fallback_count()
 
-    def _choose_level_bound(self, rows: LevelRows) -> np.ndarray | None:
-        """Keep the level bound or Corollary 2's constants, whichever expects fewer rows.
+    def _choose_rate_bound(self, rows: LevelRows | SharedScaleRows) -> np.ndarray | None:
+        """Keep a bound with per-row rates or Corollary 2's constants, whichever expects fewer
+        rows.
 
-        Both are valid; the level bound wins when many level coordinates make ``‖φ‖`` long
+        Both are valid. The level bound wins when many level coordinates make ``‖φ‖`` long
         (random intercepts), Corollary 2, with Lemma 1's angle factors, when the levels are
-        few. The expected rows ``Λ`` of each are averaged over :data:`LEVEL_CHOICE_PAIRS`
-        pairs of the Laplace approximation, a draw and a pCN move from it with ``ρ = 0.9``
-        (seeded: the choice is deterministic). Returns Corollary 2's constants, or ``None``
-        with :attr:`level_bound` set; the pieces not kept are dropped.
+        few; the shared-scale bound replaces Cauchy–Schwarz on the scale's predictor by its
+        exact displacement. The expected rows ``Λ`` of each are averaged over
+        :data:`RATE_CHOICE_PAIRS` pairs of the Laplace approximation, a draw and a pCN move from
+        it with ``ρ = 0.9`` (seeded: the choice is deterministic), and recorded in
+        ``setup_profile`` (``rate_bound_rows``, ``corollary2_rows``). Returns Corollary 2's
+        constants, or ``None`` with :attr:`rate_bound` set; the pieces not kept are dropped.
         """
+        if isinstance(rows, SharedScaleRows) and rows.shared_row is None:
+            self.reference.row_constants = rows.plain  # a scale that differs by row
+            return rows.plain
         dim, order = self.likelihood.dim, self.cv_order
-        level_bound = LevelBound(rows, dim)
+        bound = (LevelBound(rows, dim) if isinstance(rows, LevelRows)
+                 else SharedScaleBound(rows, dim))
         plain_total = float(np.sum(rows.plain, dtype=np.float64))
-        rng = np.random.default_rng(LEVEL_CHOICE_SEED)
-        level_rows = plain_rows = 0.0
-        for _ in range(LEVEL_CHOICE_PAIRS):
+        rng = np.random.default_rng(RATE_CHOICE_SEED)
+        rate_rows = plain_rows = 0.0
+        for _ in range(RATE_CHOICE_PAIRS):
             phi = rng.standard_normal(dim)
             phi_new = 0.9 * phi + math.sqrt(1.0 - 0.81) * rng.standard_normal(dim)
-            level_rows += level_bound.rates(phi, phi_new).expected
+            rate_rows += bound.rates(phi, phi_new).expected
             plain_rows += plain_total * remainder_scale(phi, phi_new, np.zeros(dim), order,
                                                         sharp=self.sharp_angles)
-        self.setup_profile["level_bound_rows"] = level_rows / LEVEL_CHOICE_PAIRS
-        self.setup_profile["corollary2_rows"] = plain_rows / LEVEL_CHOICE_PAIRS
-        if level_rows < plain_rows:
-            self.level_bound = level_bound
+        self.setup_profile["rate_bound_rows"] = rate_rows / RATE_CHOICE_PAIRS
+        self.setup_profile["corollary2_rows"] = plain_rows / RATE_CHOICE_PAIRS
+        if rate_rows < plain_rows:
+            self.rate_bound = bound
             self.reference.row_constants = None
             return None
         self.reference.row_constants = rows.plain
@@ -285,11 +299,11 @@ class MHSS(SubsamplingStep):
                                sharp=self.sharp_angles)
 
     def _thinning_rates(self, theta, theta_new, phi, phi_new) -> ThinningRates:
-        """The per-row rates of the move: the level bound's, or ``c_i M`` with one ``M``."""
-        if self.level_bound is None or self._outside_region(phi, phi_new):
+        """The per-row rates of the move: the rate bound's, or ``c_i M`` with one ``M``."""
+        if self.rate_bound is None or self._outside_region(phi, phi_new):
             return ScalarRates(self._remainder_scale(theta, theta_new, phi, phi_new),
                                self.sampler)
-        return self.level_bound.rates(phi, phi_new)
+        return self.rate_bound.rates(phi, phi_new)
 
     def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
