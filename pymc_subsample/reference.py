@@ -63,10 +63,12 @@ class ReferenceFit:
         ``θ̂`` and the whitening used by the proposals and by :attr:`row_constants`.
     loglik, grad_sum, hess_sum
         ``Σ ℓ_i(θ̂)``, ``Σ ∇ℓ_i(θ̂)``, ``Σ ∇²ℓ_i(θ̂)`` (tempered likelihood, no prior).
-    row_constants : ndarray, LevelRows or None
+    row_constants : ndarray, LevelRows, SharedScaleRows or None
         Whitened MHSS constants ``c_i`` (when an order was asked for and the model is a GLM),
-        or the level bound's pieces when the frame has levels
-        (:class:`~pymc_subsample.bounds.LevelRows`, Corollary 2's constants among them).
+        or a rate bound's pieces with Corollary 2's constants among them: the level bound's
+        when the frame has levels (:class:`~pymc_subsample.bounds.LevelRows`), the
+        shared-scale bound's for two predictors (:class:`~pymc_subsample.bounds.SharedScaleRows`).
+        The step keeps one and sets this to the constants it keeps (``None`` for a rate bound).
     newton_distance : float
         ``‖Lᵀ∇ log π(θ̂)‖`` at the end.
     mode : ndarray, shape (d,)

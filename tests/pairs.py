@@ -69,3 +69,32 @@ def assert_stored_constants(stored: np.ndarray, exact: np.ndarray, rtol: float =
     exact = np.asarray(exact, dtype=np.float64)
     assert np.all(value >= exact * (1.0 - rtol)), "a stored constant is below its formula"
     np.testing.assert_allclose(value, exact, rtol=2.0**-22 + rtol)
+
+
+def poisson_process_counts(rates, n_rows: int, rng: np.random.Generator, *,
+                           reps: int = 20_000, draws: float = 50.0):
+    """Counts of each row over ``reps`` calls of a rate bound's ``draw`` (``bounds.rates``),
+    each with ``Poisson(envelope · s)`` index draws, ``s`` set for about ``draws`` of them,
+    and the counts a Poisson process of rates ``B_i`` would give in expectation,
+    ``B_i · reps · s``. Checks on the way that the rates ``draw`` returns are ``row_rates``'s.
+    """
+    scale = draws / rates.envelope
+    counts = np.zeros(n_rows)
+    for _ in range(reps):
+        idx, kept = rates.draw(rng, int(rng.poisson(rates.envelope * scale)))
+        np.testing.assert_allclose(kept, rates.row_rates(idx))
+        counts += np.bincount(idx, minlength=n_rows)
+    return counts, rates.row_rates(np.arange(n_rows)) * reps * scale
+
+
+def assert_poisson_counts(observed: np.ndarray, mean: np.ndarray, least: int) -> None:
+    """|z| < 4.5 for every count expected at least 25 times (and at least ``least`` of them),
+    and for the rest pooled."""
+    enough = mean >= 25
+    assert enough.sum() >= least
+    z = (observed[enough] - mean[enough]) / np.sqrt(mean[enough])
+    assert np.max(np.abs(z)) < 4.5
+    rest = ~enough
+    if rest.any():
+        pooled = (observed[rest].sum() - mean[rest].sum()) / np.sqrt(mean[rest].sum())
+        assert abs(pooled) < 4.5

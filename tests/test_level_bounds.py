@@ -19,6 +19,7 @@ from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.frame import LaplaceFrame
 from tests.make_glm_references import RE_GROUPS
+from tests.pairs import assert_poisson_counts, poisson_process_counts
 
 N_LEVELS, N_DENSE, N_ROWS = 30, 5, 2000
 REGION = 5.0
@@ -144,23 +145,12 @@ def test_level_rates_draw_a_poisson_process_of_the_row_rates():
     dim = N_LEVELS + N_DENSE
     phi = rng.standard_normal(dim)
     phi_new = 0.7 * phi + np.sqrt(0.51) * rng.standard_normal(dim)
-    rates = bound.rates(phi, phi_new)
-    target = rates.row_rates(np.arange(N_ROWS))
-    reps, counts, draw_rng = 20_000, np.zeros(N_ROWS), np.random.default_rng(8)
-    scale = 50.0 / rates.envelope  # ~50 index draws a repetition
-    for _ in range(reps):
-        idx, kept_rates = rates.draw(draw_rng, int(draw_rng.poisson(rates.envelope * scale)))
-        np.testing.assert_allclose(kept_rates, rates.row_rates(idx))
-        counts += np.bincount(idx, minlength=N_ROWS)
-    # Poisson counts: z-scores on the rows, and on the levels, expected at least 25 times
-    expected = target * reps * scale
-    for observed, mean in ((counts, expected),
-                           (np.bincount(bound.category, counts), np.bincount(bound.category,
-                                                                             expected))):
-        enough = mean >= 25
-        assert enough.sum() >= 20
-        z = (observed[enough] - mean[enough]) / np.sqrt(mean[enough])
-        assert np.max(np.abs(z)) < 4.5
+    counts, expected = poisson_process_counts(bound.rates(phi, phi_new), N_ROWS,
+                                              np.random.default_rng(8))
+    # Poisson counts: on the rows, and on the levels
+    assert_poisson_counts(counts, expected, least=20)
+    assert_poisson_counts(np.bincount(bound.category, counts),
+                          np.bincount(bound.category, expected), least=20)
 
 
 @pytest.fixture(scope="module")

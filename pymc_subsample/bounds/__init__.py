@@ -47,6 +47,13 @@ Normal or Student-t with a sampled σ has two predictors, the location and ``log
 binomial with a sampled dispersion (``η − log α`` and ``log α``) and a Gamma with a sampled
 shape (``η`` and ``log α``).
 
+Two bounds give each row a rate of its own, ``B_i(θ, θ') ≥ |ξ_i|``, in place of ``c_i M``
+(:mod:`~pymc_subsample.bounds.rates` draws their rows): the level bound
+(:mod:`~pymc_subsample.bounds.levels`) for rows that touch one level of a grouping factor, and
+the shared-scale bound (:mod:`~pymc_subsample.bounds.shared_scale`) for two-predictor rows whose
+σ, dispersion or shape is one sampled scalar. The step keeps one of them or Corollary 2's,
+whichever expects fewer rows.
+
 References
 ----------
 Prado, E. F., Nemeth, C. & Sherlock, C. (2024). Metropolis--Hastings with scalable subsampling.
@@ -96,15 +103,15 @@ __all__ = [
     "FAMILIES",
     "REGION_FAMILIES",
     "REGION_TAIL",
-    "SharedScaleBound",
-    "SharedScaleRates",
-    "SharedScaleRows",
     "EnvelopeRates",
     "Family",
     "LevelBound",
     "LevelRates",
     "LevelRows",
     "LocationScaleFamily",
+    "SharedScaleBound",
+    "SharedScaleRates",
+    "SharedScaleRows",
     "combine_partials",
     "derivative_bound",
     "family",
