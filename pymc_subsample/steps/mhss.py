@@ -84,6 +84,9 @@ class MHSS(SubsamplingStep):
         mode, order 1 O(√N) (Sec. 4.3).
     bound : UserBound, optional
         Bound for likelihoods other than the supported GLMs (see :mod:`pymc_subsample.glm`).
+        Without one the step bounds the supported GLMs itself: Corollary 2's constants, or a
+        bound with per-row rates when it expects fewer rows (:attr:`rate_bound`: rows that
+        touch one level of a grouping factor, or one sampled scale for all rows).
     **kwargs
         ``temperature``, ``map_point``, ``proposal_cov``, ``scaling`` (κ, default 1.5),
         ``target_accept`` (default 0.45), ``tune``, ``compile_kwargs``, ``model``, ``rng``:
@@ -92,7 +95,8 @@ class MHSS(SubsamplingStep):
     Notes
     -----
     Sampler stats per draw: ``accepted``, ``accept_stage1``, ``n_data`` (rows whose likelihood
-    was evaluated), ``expected_rows`` (``C·M``; NaN when stage 1 rejected),
+    was evaluated), ``expected_rows`` (``C·M``, or ``Σ_i B_i`` of a :attr:`rate_bound`; NaN
+    when stage 1 rejected),
     ``full_data_fallback`` (all rows used: ``C·M ≥ N``, or a move with an end outside the
     region ``‖φ‖ ≤ r`` of a family whose bounds hold on a region only; a chain warns once when
     this exceeds 1% of its moves after tuning, and the progress bar shows it), ``clipped``
