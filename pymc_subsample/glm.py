@@ -232,15 +232,15 @@ class PassResult:
         ``Σ_i ∇ℓ_i(θ) = Σ_i f'_i x_i``.
     hess : ndarray, shape (d, d)
         ``Σ_i ∇²ℓ_i(θ) = Σ_i f''_i x_i x_iᵀ``.
-    row_constants : ndarray, shape (N,), LevelRows or None
-        MHSS constants ``c_i`` when asked for, or the level bound's pieces (see
+    row_constants : ndarray, shape (N,), LevelRows, SharedScaleRows or None
+        MHSS constants ``c_i`` when asked for, or a rate bound's pieces (see
         :meth:`GLMPass.full`).
     """
 
     loglik: float
     grad: np.ndarray
     hess: np.ndarray
-    row_constants: np.ndarray | LevelRows | None = None
+    row_constants: np.ndarray | LevelRows | SharedScaleRows | None = None
 
 
 class GLMPass:
@@ -272,8 +272,6 @@ class GLMPass:
     #: Compare the family's likelihood with the model's on the subsample passes too (the first
     #: full pass always does)
     check_subsamples = True
-    #: Rows of one predictor: the level bound applies (:mod:`pymc_subsample.bounds.levels`)
-    level_bounds = True
 
     def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
         self.lik = lik
@@ -392,7 +390,8 @@ class GLMPass:
         theta = np.asarray(theta, dtype=np.float64)
         full_data = idx_chunks is None
         total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
-        levels = levels if self.level_bounds and len(self.terms) == 1 and order else 0
+        # a rate bound's pieces need one observed variable: each row has one rate
+        levels = levels if len(self.terms) == 1 and order else 0
         consts = None if order is None else self._constants_store(order, levels)
         # the family's f is compared with the model's likelihood on every row once: on the
         # subsample passes (unless check_subsamples is off) and the first full pass; f is a
@@ -471,10 +470,11 @@ class GLMPass:
         same interval as :meth:`_row_constants`, the whitened rows split by level."""
         x, _, _, y, eta_hat, params = piece
         xt = whiten_rows(x)
+        norms = _row_norms(xt)
         radius = self.region_radius if term.family.region_only else math.inf
-        sup = term.family.row_sup(order, _row_norms(xt), y, params, eta_hat=eta_hat,
+        sup = term.family.row_sup(order, norms, y, params, eta_hat=eta_hat,
                                   radius=radius) / self.lik.temperature
-        return level_rows(order, sup, xt, levels)
+        return level_rows(order, sup, xt, levels, norms)
 
 
 def family_terms(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable, Variable]:
@@ -713,7 +713,6 @@ class LocationScalePass(GLMPass):
     """
 
     sharp_angles = False
-    level_bounds = False
     # the subsample Newton steps may send a scale to where both likelihoods lose all precision
     # (values near -1e223, or NaN): the check waits for the first full pass, near the mode
     check_subsamples = False

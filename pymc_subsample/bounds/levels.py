@@ -117,7 +117,8 @@ LEVEL_WEIGHT = 2.0
 
 
 def level_rows(
-    order: int, sup: np.ndarray, whitened: np.ndarray, n_levels: int
+    order: int, sup: np.ndarray, whitened: np.ndarray, n_levels: int,
+    norms: np.ndarray | None = None,
 ) -> tuple[np.ndarray, ...]:
     """``(c̄, ρ, category, plain)`` for a block of rows (float32 where :class:`LevelRows` is).
 
@@ -130,6 +131,8 @@ def level_rows(
         ``x̃_i``, levels in the first ``n_levels`` columns.
     n_levels : int
         ``G``.
+    norms : ndarray, shape (n,), optional
+        ``‖x̃_i‖`` when the caller has them already.
     """
     check_order(order)
     xt = np.asarray(whitened, dtype=np.float64)
@@ -139,14 +142,16 @@ def level_rows(
     level = np.argmax(levels, axis=1) if n_levels else np.zeros(xt.shape[0], dtype=np.int64)
     t = levels[rows, level] if n_levels else np.zeros(xt.shape[0])
     s = np.sqrt(np.einsum("ij,ij->i", dense, dense))
-    full = np.sqrt(np.einsum("ij,ij->i", xt, xt))
+    full = (np.sqrt(np.einsum("ij,ij->i", xt, xt)) if norms is None
+            else np.asarray(norms, dtype=np.float64))
     category = np.where(touched == 0, n_levels, level)
     several = touched > 1
     category[several] = n_levels + 1
     s[several], t[several] = full[several], 0.0
-    wide = s * dense_weight(xt.shape[1], n_levels) + t * LEVEL_WEIGHT
+    dense_part = s * dense_weight(xt.shape[1], n_levels)
+    wide = dense_part + t * LEVEL_WEIGHT
     with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(wide > 0.0, s * dense_weight(xt.shape[1], n_levels) / wide, 1.0)
+        share = np.where(wide > 0.0, dense_part / wide, 1.0)
     weights = ORDER_FACTOR[order] * sup * wide ** (order + 1)
     return (round_up_float32(weights), np.clip(share, 0.0, 1.0).astype(np.float32),
             category.astype(np.int32), round_up_float32(sup * full ** (order + 1)))
