@@ -1,11 +1,14 @@
 """Random intercepts at scale: MHSS against NumPyro's NUTS, side by side, one chain each.
 
-A logistic regression with ``d`` fixed effects and ``G`` centred group effects with a sampled
-scale (:func:`pymc_subsample.datasets.random_effects_model`, ``η = Xb + u[g]``), on ``N``
-generated rows; ``compare`` runs both on the same model and reports the whole wall time to a
-bulk ESS of 1000, rows read per iteration and MHSS's share of moves decided on all rows.
+A logistic regression with ``d`` fixed effects and ``G`` group effects with a sampled scale
+(:func:`pymc_subsample.datasets.random_effects_model`), centred (``η = Xb + u[g]``) or, with
+``--non-centred``, written ``η = Xb + s·z[g]`` (which MHSS samples as ``u = s·z``,
+:mod:`pymc_subsample.centring`, and NUTS as written), on ``N`` generated rows; ``compare``
+runs both on the same model and reports the whole wall time to a bulk ESS of 1000, rows read
+per iteration and MHSS's share of moves decided on all rows.
 
     python benchmarks/random_effects.py --rows 1e6 --dim 10 --groups 100
+    python benchmarks/random_effects.py --rows 1e6 --dim 10 --groups 100 --non-centred
 """
 
 from __future__ import annotations
@@ -34,16 +37,19 @@ def main(argv=None):
     parser.add_argument("--tune", type=int, default=2_000, help="MHSS tuning steps")
     parser.add_argument("--nuts-draws", type=int, default=200, help="NUTS draws and tuning")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--non-centred", action="store_true",
+                        help="write the group effects s * z[g] (z ~ N(0, 1))")
     args = parser.parse_args(argv)
     n = int(args.rows)
     model = random_effects_model(*random_effects_data(n, args.dim, args.groups, seed=args.seed),
-                                 groups=args.groups)
+                                 groups=args.groups, centred=not args.non_centred)
     result = pms.compare(
         model, {"MHSS": pms.MHSS}, draws=args.draws, tune=args.tune, chains=1,
         nuts_draws=args.nuts_draws, nuts_tune=args.nuts_draws, random_seed=args.seed,
     )
     mhss = result.idata["MHSS"].sample_stats
-    print(f"random intercepts: N = {n:,}, d = {args.dim}, G = {args.groups} "
+    form = "s * z[g]" if args.non_centred else "u[g]"
+    print(f"random intercepts {form}: N = {n:,}, d = {args.dim}, G = {args.groups} "
           f"({args.dim + args.groups + 1} parameters); {platform.machine()}, {os.cpu_count()} "
           f"cores, Python {platform.python_version()}, PyMC {pm.__version__}\n")
     print(result)

@@ -49,7 +49,10 @@ def hessian_by_differences(gradient, theta: np.ndarray) -> np.ndarray:
         up, down = theta.copy(), theta.copy()
         up[k] += steps[k]
         down[k] -= steps[k]
-        h[:, k] = (np.asarray(gradient(up)) - np.asarray(gradient(down))) / (up[k] - down[k])
+        # far out (a scale near zero) gradients overflow: the caller reads the non-finite
+        # Hessian as a failed step, without a warning to the user
+        with np.errstate(invalid="ignore", over="ignore"):
+            h[:, k] = (np.asarray(gradient(up)) - np.asarray(gradient(down))) / (up[k] - down[k])
     return 0.5 * (h + h.T)
 
 

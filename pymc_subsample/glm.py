@@ -514,7 +514,9 @@ def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
     if theta in _value_ancestors(rows):
         raise _unsupported(
             name, "its linear predictor is not affine in the sampled parameters (a product of "
-            "parameters, such as a non-centred random effect s * z[g], is not: write it centred, "
+            "parameters is not; the one product read is a non-centred group effect s * z[g], "
+            "with z ~ Normal of constant parameters and s a scalar with a positive prior such as "
+            "HalfNormal, which is sampled as u = s * z. Otherwise write the effect centred, "
             "u = pm.Normal('u', 0, s, shape=G) and eta = X @ b + u[g], which is affine)"
         )
     return rows

@@ -424,7 +424,7 @@ class SubsampledLikelihood:
         self.model = model
         self.temperature = float(temperature)
         self.compile_kwargs = dict(compile_kwargs or {})
-        self.value_vars = self._check_vars(model, vars)
+        self.value_vars = self.check_vars(model, vars)
         # float32 models: callers (PyMC steps) hand over float32 θ, which the compiled
         # functions must convert rather than trust
         self._trust_input = all(v.dtype == "float64" for v in self.value_vars)
@@ -647,7 +647,8 @@ class SubsampledLikelihood:
 
     # ------------------------------------------------------------------ model analysis
     @staticmethod
-    def _check_vars(model: pm.Model, vars) -> list[Variable]:
+    def check_vars(model: pm.Model, vars) -> list[Variable]:
+        """The value variables a step samples: all of the model's, in its order."""
         all_vars = list(model.value_vars)
         if vars is None:
             return all_vars

@@ -36,7 +36,8 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("cloglog", 20_000, 4, 9), ("gamma_log", 20_000, 4, 9),
          ("negative_binomial", 20_000, 4, 9), ("student_t", 20_000, 4, 9),
          ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9),
-         ("gamma_log_scale", 20_000, 4, 9), ("random_effects", 12_000, 3, 5)]
+         ("gamma_log_scale", 20_000, 4, 9), ("random_effects", 12_000, 3, 5),
+         ("random_effects_noncentred", 12_000, 3, 5)]
 #: Groups of the random-effects case.
 RE_GROUPS = 40
 SETTINGS = dict(draws=2500, tune=1000, chains=4, random_seed=12)
@@ -47,11 +48,12 @@ def reference_path(family: str, n: int, d: int) -> Path:
 
 
 def reference_model(family: str, n: int, d: int, seed: int) -> pm.Model:
-    """The model of a case: ``glm_model``'s, or the centred random-intercept logistic
-    regression (:data:`RE_GROUPS` groups) for ``"random_effects"``."""
-    if family == "random_effects":
+    """The model of a case: ``glm_model``'s, or the random-intercept logistic regression
+    (:data:`RE_GROUPS` groups), centred for ``"random_effects"`` and non-centred (``s * z[g]``)
+    for ``"random_effects_noncentred"``."""
+    if family.startswith("random_effects"):
         return random_effects_model(*random_effects_data(n, d, RE_GROUPS, seed=seed),
-                                    groups=RE_GROUPS)
+                                    groups=RE_GROUPS, centred=family == "random_effects")
     return glm_model(*glm_data(n, d, family, seed=seed), family)
 
 

@@ -1,12 +1,13 @@
 """Random effects: centred ``u[g]`` is affine in the parameters and MHSS bounds it; the
-non-centred ``s * z[g]`` (a product of parameters) is refused with the centred form named.
+non-centred ``s * z[g]`` (a product of parameters) is sampled as ``u = s·z``
+(:mod:`pymc_subsample.centring`, ``tests/test_centring.py``).
 
-The posterior of a centred random-intercept logistic regression (fixed effects, 40 group
-effects and their scale) is checked against a stored NUTS reference on 12,000 rows, with the
-level bound (``tests/test_level_bounds.py``). Its reference fit is also the regression test of
-the reference point's fallback: Newton from group effects at zero runs down the funnel toward
-a scale of zero, and L-BFGS from PyMC's initial point, not from where Newton stalled, must then
-find the mode the data inform.
+The posterior of a random-intercept logistic regression (fixed effects, 40 group effects and
+their scale) is checked against stored NUTS references on 12,000 rows, written centred and
+non-centred, with the level bound (``tests/test_level_bounds.py``). Its reference fit is
+also the regression test of the reference point's fallback: Newton from group effects at
+zero runs down the funnel toward a scale of zero, and L-BFGS from PyMC's initial point, not
+from where Newton stalled, must then find the mode the data inform.
 """
 
 from __future__ import annotations
@@ -16,18 +17,10 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound
 from pymc_subsample.datasets import random_effects_data, random_effects_model
-from pymc_subsample.errors import SubsamplingModelError
 from tests.family_checks import check_posterior
 from tests.make_glm_references import RE_GROUPS
 
 DATA = random_effects_data(12_000, 3, RE_GROUPS, seed=5)
-
-
-def test_non_centred_random_effects_are_refused_naming_the_centred_form():
-    with random_effects_model(*DATA, centred=False), pytest.raises(
-        SubsamplingModelError, match=r"'y'.*not affine.*non-centred.*u\[g\].*UserBound"
-    ):
-        pms.MHSS()
 
 
 @pytest.mark.slow
@@ -41,4 +34,16 @@ def test_centred_random_effects_match_nuts():
     # thousands
     assert isinstance(step.rate_bound, LevelBound)
     check_posterior(model, step, "random_effects", others=("u", "s"), max_rows=10,
+                    case=(12_000, 3, 5), draws=20_000)
+
+
+@pytest.mark.slow
+def test_non_centred_random_effects_match_nuts():
+    """``s * z[g]`` as the user wrote it, against NUTS on the same non-centred model: the
+    step samples ``u = s·z`` and PyMC stores ``z``."""
+    with random_effects_model(*DATA, groups=RE_GROUPS, centred=False) as model:
+        step = pms.MHSS()
+    assert [e.effect.name for e in step.centring.effects] == ["z"]
+    assert isinstance(step.rate_bound, LevelBound)
+    check_posterior(model, step, "random_effects_noncentred", others=("z", "s"), max_rows=10,
                     case=(12_000, 3, 5), draws=20_000)

@@ -29,6 +29,7 @@ from rich.progress import TextColumn
 from rich.table import Column
 from threadpoolctl import threadpool_limits
 
+from pymc_subsample.centring import centred_twin
 from pymc_subsample.control_variates import (
     GenericPass,
     TaylorControlVariate,
@@ -178,7 +179,7 @@ class SubsamplingStep(ArrayStepShared):
                 target_accept=target_accept, tune=tune, row_cost=row_cost, init=init,
                 map_tolerance=map_tolerance, compile_kwargs=compile_kwargs, model=model,
             )
-        super().__init__(self.likelihood.value_vars, {}, blocked=blocked, rng=rng)
+        super().__init__(self.user_vars, {}, blocked=blocked, rng=rng)
         self.set_rng(self.rng)
 
     def _build(
@@ -199,8 +200,18 @@ class SubsamplingStep(ArrayStepShared):
         if vars is not None:
             vars = pm.util.get_value_vars_from_user_vars(vars, model)
         _check_proposal_knobs(proposal, scaling, df)
+        #: the value variables PyMC hands this step, in the order of its raveled points
+        self.user_vars = SubsampledLikelihood.check_vars(model, vars)
+        #: non-centred effects s * z[g] run as u = s·z (None when the model has none)
+        self.centring = centred_twin(model, self.user_vars)
+        if self.centring is not None:
+            model_sampled = self.centring.model
+            if map_point is not None:
+                map_point = self.centring.point_to_twin(map_point)
+        else:
+            model_sampled = model
         self.likelihood = lik = SubsampledLikelihood(
-            model, vars, temperature=temperature, compile_kwargs=compile_kwargs
+            model_sampled, temperature=temperature, compile_kwargs=compile_kwargs
         )
         self.n_rows = lik.n_rows
         self.cv_order = cv_order
@@ -284,6 +295,7 @@ class SubsamplingStep(ArrayStepShared):
         self._cached_theta: np.ndarray | None = None
         self._cached_phi: np.ndarray | None = None
         self._cached_logp0 = 0.0
+        self._last_returned: tuple[np.ndarray, np.ndarray] | None = None
         self._non_finite = False
         self.init = init if self.reference is not None else "pymc"
         # only init="laplace" asks where PyMC would start a chain (to spot user initvals)
@@ -309,10 +321,12 @@ class SubsamplingStep(ArrayStepShared):
         points). A chain handed another start point was given ``initvals`` (in ``pm.sample``
         or on a variable), and ``init="laplace"`` keeps it."""
         if all(model.rvs_to_initial_values.get(rv) is None for rv in model.free_RVs):
-            return self.likelihood.ravel(self.likelihood.initial_point)
-        overrides = {rv: None for rv in model.free_RVs}
-        point = make_initial_point_fn(model=model, overrides=overrides)(0)
-        return self.likelihood.ravel(point)
+            point = model.initial_point()
+        else:
+            overrides = {rv: None for rv in model.free_RVs}
+            point = make_initial_point_fn(model=model, overrides=overrides)(0)
+        return np.concatenate([np.ravel(point[v.name]) for v in self.user_vars]).astype(
+            np.float64)
 
     def _bound_order(self) -> int | None:
         """Taylor order of the whitened row constants the reference fit should compute."""
@@ -446,12 +460,29 @@ class SubsamplingStep(ArrayStepShared):
             self._cached_phi = self.frame.whiten(theta)
         return self._cached_phi
 
+    def _sampled(self, q: np.ndarray) -> np.ndarray:
+        """``θ`` in the sampled coordinates from PyMC's point ``q`` (the same but for
+        non-centred effects); the state this step returned last maps back exactly."""
+        if self.centring is None:
+            return q
+        if self._last_returned is not None and np.array_equal(q, self._last_returned[0]):
+            return self._last_returned[1]
+        return self.centring.to_twin(q)
+
+    def _returned(self, theta: np.ndarray) -> np.ndarray:
+        """PyMC's point for ``θ`` in the sampled coordinates."""
+        if self.centring is None:
+            return theta
+        q = self.centring.to_user(theta)
+        self._last_returned = (q, theta)
+        return q
+
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
-        theta = q0.data
+        theta = self._sampled(q0.data)
         if not self.chain_started:
             self.likelihood.check_data_unchanged()
             self.chain_started = True
-            if self.init == "laplace" and np.allclose(theta, self._pymc_default_start,
+            if self.init == "laplace" and np.allclose(q0.data, self._pymc_default_start,
                                                       rtol=1e-6, atol=1e-12):
                 theta = self._laplace_start(theta)
         esjd_tuning = self.tune and self._adapt and self._adapter is None
@@ -480,7 +511,8 @@ class SubsamplingStep(ArrayStepShared):
             self.proposal.parameter = self._adapter.update(self.proposal.parameter, accepted)
         stats["accepted"] = accepted
         stats["scaling"] = self.proposal.parameter
-        return RaveledVars(theta_new if accepted else theta, q0.point_map_info), [stats]
+        return RaveledVars(self._returned(theta_new if accepted else theta),
+                           q0.point_map_info), [stats]
 
     def _decide(
         self,
