@@ -23,7 +23,13 @@ import pytensor.tensor as pt
 from pytensor.gradient import Rop, grad, jacobian
 from pytensor.graph.replace import graph_replace
 
-from pymc_subsample.glm import LocationScaleTerm, PassResult, family_terms, location_scale_terms
+from pymc_subsample.glm import (
+    LocationScaleTerm,
+    PassResult,
+    family_terms,
+    location_scale_terms,
+    upper_pairs,
+)
 from pymc_subsample.likelihood import SubsampledLikelihood
 
 __all__ = [
@@ -236,27 +242,26 @@ class TaylorControlVariate:
         return xi
 
     def _location_scale_remainder_graph(self, terms):
-        """``ξ_i`` for rows with two affine predictors ``p = (μ, λ)``: ``f(p'_i) − f(p_i)`` minus
-        the Taylor terms in ``p`` at ``p̂_i``, which equal those in ``θ`` because ``p`` is affine
-        (:func:`pymc_subsample.glm.location_scale_terms`, checked against the model's
-        likelihood by the data pass)."""
+        """``ξ_i`` for rows with several affine predictors ``p = (μ, λ, ...)``: ``f(p'_i) −
+        f(p_i)`` minus the Taylor terms in ``p`` at ``p̂_i``, which equal those in ``θ`` because
+        ``p`` is affine (:func:`pymc_subsample.glm.location_scale_terms`, checked against the
+        model's likelihood by the data pass)."""
         lik = self.likelihood
         theta_hat = pt.constant(self.theta_hat, name="theta_hat")
         xi = 0.0
         for term in terms:
-            cur = (term.mu, term.log_sigma)
+            cur = term.predictors
             new = tuple(lik.at(v, lik.theta_new) for v in cur)
             hat = tuple(lik.at(v, theta_hat) for v in cur)
             f_cur = location_scale_terms(term, *cur)[0]
             f_new = location_scale_terms(term, *new)[0]
-            _, (g1, g2), (h11, h12, h22) = location_scale_terms(term, *hat)
-            (u, v), (u_new, v_new) = ((a - b for a, b in zip(p, hat, strict=True))
-                                      for p in (cur, new))
-            step = g1 * (u_new - u) + g2 * (v_new - v)
+            _, grad, hess = location_scale_terms(term, *hat)
+            u, u_new = ([a - b for a, b in zip(p, hat, strict=True)] for p in (cur, new))
+            step = sum(g * (b - a) for g, a, b in zip(grad, u, u_new, strict=True))
             if self.order == 2:
-                quad_new = h11 * u_new**2 + 2.0 * h12 * u_new * v_new + h22 * v_new**2
-                quad_cur = h11 * u**2 + 2.0 * h12 * u * v + h22 * v**2
-                step = step + 0.5 * (quad_new - quad_cur)
+                for (j, k), h in zip(upper_pairs(len(cur)), hess, strict=True):
+                    weight = 0.5 if j == k else 1.0
+                    step = step + weight * h * (u_new[j] * u_new[k] - u[j] * u[k])
             xi = xi + (f_new - f_cur - step) / lik.temperature
         return xi
 

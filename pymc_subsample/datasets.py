@@ -54,7 +54,7 @@ __all__ = [
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
 FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale",
             "cloglog", "gamma_log", "negative_binomial", "student_t", "student_t_scale",
-            "negative_binomial_scale", "gamma_log_scale")
+            "negative_binomial_scale", "gamma_log_scale", "student_t_nu")
 #: The noise sd of the ``gaussian_scale`` family's data (its model samples σ).
 GAUSSIAN_SCALE_SIGMA = 2.0
 #: Fixed parameters of the ``gamma_log`` (shape), ``negative_binomial`` (dispersion) and
@@ -87,7 +87,8 @@ def glm_data(
         :data:`NB_ALPHA` (``negative_binomial_scale``: α ~ Exponential(0.1) sampled;
         ``gamma_log_scale``: the shape α ~ Exponential(0.5) sampled), or
         ``η + σ t_ν`` (:data:`STUDENT_NU`, :data:`STUDENT_SIGMA`; the
-        ``student_t_scale`` model samples σ ~ HalfNormal(5)).
+        ``student_t_scale`` model samples σ ~ HalfNormal(5), the ``student_t_nu`` model also
+        ν ~ Gamma(2, 0.1)).
     seed : int, optional
         Seed of the NumPy generator that draws ``X``, ``β`` and ``y``.
 
@@ -128,7 +129,7 @@ def _glm_response(rng: np.random.Generator, eta: np.ndarray, family: str) -> np.
         return rng.gamma(GAMMA_SHAPE, np.exp(eta) / GAMMA_SHAPE)
     if family in ("negative_binomial", "negative_binomial_scale"):
         return rng.negative_binomial(NB_ALPHA, NB_ALPHA / (NB_ALPHA + np.exp(eta)))
-    if family in ("student_t", "student_t_scale"):
+    if family in ("student_t", "student_t_scale", "student_t_nu"):
         return eta + STUDENT_SIGMA * rng.standard_t(STUDENT_NU, size=n)
     return eta + rng.normal(size=n)
 
@@ -226,6 +227,10 @@ def glm_model(
         elif family == "student_t_scale":
             sigma = pm.HalfNormal("sigma", 5.0)
             pm.StudentT("y", nu=STUDENT_NU, mu=eta, sigma=sigma, observed=y)
+        elif family == "student_t_nu":
+            sigma = pm.HalfNormal("sigma", 5.0)
+            nu = pm.Gamma("nu", 2.0, 0.1)
+            pm.StudentT("y", nu=nu, mu=eta, sigma=sigma, observed=y)
         else:
             pm.Normal("y", mu=eta, sigma=1.0, observed=y)
     return model

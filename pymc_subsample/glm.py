@@ -40,6 +40,7 @@ from pymc_subsample.bounds import (
     LevelRows,
     LocationScaleFamily,
     SharedScaleRows,
+    combine_multi_partials,
     combine_partials,
     level_rows,
     location_scale_families,
@@ -65,6 +66,7 @@ __all__ = [
     "glm_bound_constants",
     "location_scale_terms",
     "row_cosines",
+    "upper_pairs",
 ]
 
 
@@ -307,7 +309,7 @@ class GLMPass:
         return [f.sum(), term.rows, f1, f2, pt.cast(term.y, "float64"),
                 pt.cast(term.eta, "float64"), *term.params]
 
-    def _term_pieces(self, outputs: list, n: int) -> tuple:
+    def _term_pieces(self, term: GLMTerm, outputs: list, n: int) -> tuple:
         """One variable's :meth:`_term_outputs` after ``Σ f`` as :meth:`rows` returns them."""
         x, f1, f2, y, eta, *params = outputs
         return np.asarray(x).reshape(n, -1), f1, f2, y, eta, tuple(params)
@@ -334,7 +336,7 @@ class GLMPass:
             if check:
                 self._check_family(term, float(model_sum), float(family_sum), len(idx))
             total += float(family_sum)
-            pieces.append(self._term_pieces(rest, len(idx)))
+            pieces.append(self._term_pieces(term, rest, len(idx)))
         return total / self.lik.temperature, pieces
 
     def _check_family(self, term: GLMTerm, model_sum: float, family_sum: float, n: int) -> None:
@@ -503,6 +505,8 @@ def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
         If ``η`` is not affine in ``θ``: its derivative still depends on ``θ`` once the graph
         is simplified (a conservative test: it cannot pass a predictor that is not affine).
     """
+    if theta not in ancestors([eta]):  # a fixed σ beside a sampled ν: no rows
+        return pt.zeros((eta.shape[0], theta.type.shape[0]), dtype="float64")
     direction = theta.type("direction")
     along = Rop(eta, theta, direction, use_op_rop_implementation=False)
     basis = pt.eye(theta.type.shape[0], dtype="float64")
@@ -598,21 +602,25 @@ def glm_bound_constants(
 # ------------------------------------------------- location and scale: Normal, Student-t with σ
 @dataclass(frozen=True)
 class LocationScaleTerm:
-    """An observed variable whose location and ``log σ`` are both affine in ``θ``.
+    """An observed variable whose location and ``log σ`` (and the logs of the family's
+    :attr:`~pymc_subsample.bounds.LocationScaleFamily.log_params`) are affine in ``θ``.
 
     Attributes
     ----------
     name : str
     family : LocationScaleFamily
-        :mod:`pymc_subsample.bounds` (``normal_scale``, ``student_t_scale``).
+        :mod:`pymc_subsample.bounds` (``normal_scale``, ``student_t_scale``, ...).
     mu, log_sigma : Variable
-        The two predictors on the rows ``idx``, as graphs of ``θ`` (broadcast to the rows).
+        The first two predictors on the rows ``idx``, as graphs of ``θ`` (broadcast to the
+        rows).
     y : Variable
         Observed values on the rows ``idx``.
     mu_rows, log_sigma_rows : Variable
         Their derivatives ``∂μ_i/∂θ`` and ``∂λ_i/∂θ`` (:func:`_rows_of_affine`), free of ``θ``.
     params : tuple of Variable
-        The family's fixed parameters on the rows ``idx`` (a Student-t's ν).
+        The family's fixed parameters on the rows ``idx`` (a Student-t's ν when fixed).
+    extra, extra_rows : tuple of Variable
+        Further predictors (a Student-t's ``log ν`` when sampled) and their derivatives.
     """
 
     name: str
@@ -623,10 +631,49 @@ class LocationScaleTerm:
     mu_rows: Variable
     log_sigma_rows: Variable
     params: tuple[Variable, ...] = ()
+    extra: tuple[Variable, ...] = ()
+    extra_rows: tuple[Variable, ...] = ()
+
+    @property
+    def predictors(self) -> tuple[Variable, ...]:
+        """``(μ, λ, *extra)``."""
+        return (self.mu, self.log_sigma, *self.extra)
+
+    @property
+    def predictor_rows(self) -> tuple[Variable, ...]:
+        """Their derivatives in ``θ``, in the same order."""
+        return (self.mu_rows, self.log_sigma_rows, *self.extra_rows)
+
+
+def _location_scale_family(
+    block, lik: SubsampledLikelihood
+) -> tuple[LocationScaleFamily, tuple] | None:
+    """The location–scale family of one observed variable and what it reads, or None.
+
+    A family with further predictors (:attr:`LocationScaleFamily.log_params`) is taken when one
+    of them is sampled; one without when its σ is sampled.
+    """
+    op = block.rv.owner.op
+    # families with further predictors first: a Student-t with ν and σ sampled is theirs
+    for fam in sorted(location_scale_families(), key=lambda f: not f.log_params):
+        if not isinstance(op, fam.rv_op) or block.value.type.ndim != 1:
+            continue
+        read = fam.read(op.dist_params(block.rv.owner))
+        if read is None:
+            continue
+        _, sd, values = read
+        logged = values[len(fam.params):]
+        if fam.log_params:
+            if any(_depends_on_parameters(v, lik) for v in logged):
+                return fam, read
+        elif _depends_on_parameters(sd, lik):
+            return fam, read
+    return None
 
 
 def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScaleTerm] | None:
-    """Every observed variable as a location–scale family with a sampled σ, or None.
+    """Every observed variable as a location–scale family with a sampled σ (or a sampled
+    further parameter, a Student-t's ν), or None.
 
     None when any observed variable is something else (the GLM path then reads the model).
 
@@ -635,82 +682,87 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
     SubsamplingModelError
         Naming the variable, when it is such a family with a sampled σ but its location or
         ``log σ`` is not affine in the sampled parameters (``σ = exp(λ)`` or a positive prior
-        on σ, whose log transform is the sampled value, are), or another parameter (a
-        Student-t's ν) is sampled too.
+        on σ, whose log transform is the sampled value, are), or another parameter is sampled
+        that no family takes as a predictor.
     """
     n_rows = lik.idx.shape[0]
     found = []
     for block in lik.blocks:
+        detected = _location_scale_family(block, lik)
+        if detected is None:
+            return None
+        fam, (mu, sd, values) = detected
         op = block.rv.owner.op
-        fam = next((f for f in location_scale_families() if isinstance(op, f.rv_op)), None)
-        if fam is None or block.value.type.ndim != 1:
-            return None
-        read = fam.read(op.dist_params(block.rv.owner))
-        if read is None:
-            return None
-        mu, sd, fixed = read
-        if not _depends_on_parameters(sd, lik):
-            return None
+        n_fixed = len(fam.params)
         params = _fixed_per_row(
-            block.name, fam, fixed, lik,
+            block.name, fam, values[:n_fixed], lik,
             "its sigma and its {param} are both sampled (MHSS bounds {family})",
         )
+        named = (("mean", mu, False), ("log(sigma)", fam.log_scale(sd, values[n_fixed:]), False),
+                 *((f"log({p})", v, True) for p, v in zip(fam.log_params, values[n_fixed:],
+                                                          strict=True)))
         # log(exp(λ)) → λ before the affinity check
-        mu_theta, log_sigma_theta = (
-            _simplify_log(v)
-            for v in lik.in_theta([pt.broadcast_to(mu, (n_rows,)),
-                                   pt.broadcast_to(pt.log(sd), (n_rows,))])
-        )
+        graphs = [_simplify_log(v) for v in lik.in_theta(
+            [pt.broadcast_to(pt.log(v) if logged else v, (n_rows,)) for _, v, logged in named])]
         rows_of = []
-        for what, graph in (("mean", mu_theta), ("log(sigma)", log_sigma_theta)):
+        # the further predictors first: a Student-t's second predictor is log(σ√ν), and a
+        # log ν that is not affine is named as such
+        for (what, _, _), graph in reversed(list(zip(named, graphs, strict=True))):
             try:
-                rows_of.append(_rows_of_affine(block.name, graph, lik.theta))
+                rows_of.insert(0, _rows_of_affine(block.name, graph, lik.theta))
             except SubsamplingModelError:
                 raise _unsupported(
-                    block.name, f"it is a {_dist_name(op)} with a sampled sigma, but its {what} "
-                    "is not affine in the sampled parameters (sigma = exp(affine) or a positive "
-                    "prior on sigma are)"
+                    block.name, f"it is a {_dist_name(op)} with a sampled "
+                    f"{'nu' if fam.log_params else 'sigma'}, but its {what} is not affine in the "
+                    "sampled parameters (exp(affine) or a positive prior on the parameter are)"
                 ) from None
-        found.append(LocationScaleTerm(block.name, fam, mu_theta, log_sigma_theta, block.value,
-                                       *rows_of, params))
+        found.append(LocationScaleTerm(block.name, fam, graphs[0], graphs[1], block.value,
+                                       rows_of[0], rows_of[1], params, tuple(graphs[2:]),
+                                       tuple(rows_of[2:])))
     return found
 
 
 def location_scale_terms(
-    term: LocationScaleTerm, first: Variable, log_scale: Variable
-) -> tuple[Variable, tuple[Variable, Variable], tuple[Variable, Variable, Variable]]:
-    """``f``, its gradient ``(f_1, f_2)`` and Hessian ``(f_11, f_12, f_22)`` in the two
-    predictors, per row, as float64 graphs of given predictor values.
+    term: LocationScaleTerm, *predictors: Variable
+) -> tuple[Variable, tuple[Variable, ...], tuple[Variable, ...]]:
+    """``f``, its gradient ``(f_1, ..., f_K)`` and Hessian ``(f_11, f_12, ..., f_1K, f_22,
+    ..., f_KK)`` (upper triangle, row by row) in the predictors, per row, as float64 graphs of
+    given predictor values.
 
     The family's row log-density (:meth:`~pymc_subsample.bounds.LocationScaleFamily.logp`)
-    differentiated elementwise: each row's ``f`` depends on its own two predictors only, so the
+    differentiated elementwise: each row's ``f`` depends on its own predictors only, so the
     gradient of ``Σ f`` in the vector of first predictors is the per-row ``f_1``, and so on.
     """
-    m = pt.vector("first", dtype="float64")
-    lam = pt.vector("log_scale", dtype="float64")
-    f = term.family.logp(m, lam, pt.cast(term.y, "float64"), *term.params)
-    f = pt.cast(pt.broadcast_to(f, m.shape), "float64")
-    f1, f2 = pt.grad(f.sum(), [m, lam], disconnected_inputs="ignore")
-    f11, f12 = pt.grad(f1.sum(), [m, lam], disconnected_inputs="ignore")
-    f22 = pt.grad(f2.sum(), lam, disconnected_inputs="ignore")
-    out = graph_replace([f, f1, f2, f11, f12, f22],
-                        {m: pt.cast(first, "float64"), lam: pt.cast(log_scale, "float64")},
+    ps = [pt.vector(f"predictor_{j}", dtype="float64") for j in range(len(predictors))]
+    f = term.family.logp(ps[0], ps[1], pt.cast(term.y, "float64"), *term.params, *ps[2:])
+    f = pt.cast(pt.broadcast_to(f, ps[0].shape), "float64")
+    grad = pt.grad(f.sum(), ps, disconnected_inputs="ignore")
+    hess = [pt.grad(grad[j].sum(), ps[k], disconnected_inputs="ignore")
+            for j in range(len(ps)) for k in range(j, len(ps))]
+    out = graph_replace([f, *grad, *hess],
+                        {p: pt.cast(v, "float64") for p, v in zip(ps, predictors, strict=True)},
                         strict=False)
-    return out[0], (out[1], out[2]), (out[3], out[4], out[5])
+    return out[0], tuple(out[1 : 1 + len(ps)]), tuple(out[1 + len(ps) :])
+
+
+def upper_pairs(n_predictors: int) -> list[tuple[int, int]]:
+    """``(j, k)``, ``j ≤ k``, in the order of :func:`location_scale_terms`'s Hessian."""
+    return [(j, k) for j in range(n_predictors) for k in range(j, n_predictors)]
 
 
 class LocationScalePass(GLMPass):
-    """:class:`GLMPass` for rows with two predictors: a location and ``λ = log σ``.
+    """:class:`GLMPass` for rows with several predictors: a location, ``λ = log σ`` and any
+    further ones (a Student-t's ``log ν``).
 
     One compiled function of ``(θ, idx)`` gives, per chunk, each row's predictor rows
-    ``∂μ_i/∂θ`` and ``∂λ_i/∂θ`` (autodiff, checked free of ``θ``) and the family's gradient and
-    Hessian in ``(μ, λ)`` (:func:`location_scale_terms`); NumPy's BLAS then forms
-    ``Σ ∇ℓ_i = Σ (f_1 a_μ + f_2 a_λ)`` and ``Σ ∇²ℓ_i = Σ (f_11 a_μa_μᵀ + f_12 (a_μa_λᵀ + a_λa_μᵀ)
-    + f_22 a_λa_λᵀ)``, and, given a whitening and an order, the region constants of
-    :meth:`~pymc_subsample.bounds.LocationScaleFamily.row_constants` with the angle between the
-    two whitened rows (:func:`row_cosines`), which scales the mixed terms. The same pass thus
-    gives the reference fit's sums and the constants, several times faster to compile and run
-    than the generic autodiff Hessian. The constants hold on ``‖φ‖ ≤ r`` only, for ``M`` without
+    ``a_j = ∂p_j/∂θ`` (autodiff, checked free of ``θ``) and the family's gradient and Hessian
+    in the predictors (:func:`location_scale_terms`); NumPy's BLAS then forms
+    ``Σ ∇ℓ_i = Σ_j f_j a_j`` and ``Σ ∇²ℓ_i = Σ_{j,k} f_jk a_ja_kᵀ``, and, given a whitening and
+    an order, the region constants: :func:`~pymc_subsample.bounds.combine_partials` with the
+    angle between the two whitened rows (which scales the mixed terms) for two predictors,
+    :func:`~pymc_subsample.bounds.combine_multi_partials` for more. The same pass thus gives
+    the reference fit's sums and the constants, several times faster to compile and run than
+    the generic autodiff Hessian. The constants hold on ``‖φ‖ ≤ r`` only, for ``M`` without
     Lemma 1's angle factors (:attr:`sharp_angles` is ``False``).
     """
 
@@ -725,64 +777,83 @@ class LocationScalePass(GLMPass):
         self.region_radius = region_radius(lik.dim)
 
     def _term_outputs(self, term: LocationScaleTerm) -> list[Variable]:
-        """``Σ f``, the predictor rows ``a_μ``, ``a_λ``, the gradient and Hessian in ``(μ, λ)``,
-        ``μ``, ``λ``, ``y`` and the fixed parameters."""
-        f, grad, hess = location_scale_terms(term, term.mu, term.log_sigma)
+        """``Σ f``, the predictor rows, the gradient and Hessian in the predictors, the
+        predictors, ``y`` and the fixed parameters."""
+        f, grad, hess = location_scale_terms(term, *term.predictors)
         total = f.sum()
         # a scale that under- or overflows (a Newton step that overshoots) makes the family's
         # f NaN where the model's is -inf: zero density either way
         total = pt.switch(pt.isnan(total), -np.inf, total)
-        return [total, term.mu_rows, term.log_sigma_rows, *grad, *hess,
-                pt.cast(term.mu, "float64"), pt.cast(term.log_sigma, "float64"),
+        return [total, *term.predictor_rows, *grad, *hess,
+                *(pt.cast(p, "float64") for p in term.predictors),
                 pt.cast(term.y, "float64"), *term.params]
 
-    def _term_pieces(self, outputs: list, n: int) -> tuple:
-        """``(a_μ, a_λ, (f_1, f_2), (f_11, f_12, f_22), μ, λ, y, κ)``: :meth:`GLMPass.rows`
-        returns these per variable."""
-        x_mu, x_ls, f1, f2, f11, f12, f22, mu, ls, y, *params = outputs
+    def _term_pieces(self, term: LocationScaleTerm, outputs: list, n: int) -> tuple:
+        """``(rows, grad, hess, predictors, y, κ)``, each of the first four a tuple over the
+        predictors (:meth:`GLMPass.rows` returns these per variable); a predictor the same on
+        every row (one σ for all) comes out as a single row, broadcast."""
+        k = term.family.n_predictors
         dim = self.lik.dim
-        # a predictor the same on every row (one σ for all) comes out as a single row
-        x_ls = np.broadcast_to(np.asarray(x_ls).reshape(-1, dim), (n, dim))
-        return (np.asarray(x_mu).reshape(n, dim), x_ls, (f1, f2), (f11, f12, f22), mu, ls, y,
-                tuple(params))
+        rows = tuple(np.broadcast_to(np.asarray(x).reshape(-1, dim), (n, dim))
+                     for x in outputs[:k])
+        grad = tuple(outputs[k : 2 * k])
+        n_hess = k * (k + 1) // 2
+        hess = tuple(outputs[2 * k : 2 * k + n_hess])
+        preds = tuple(outputs[2 * k + n_hess : 3 * k + n_hess])
+        y, *params = outputs[3 * k + n_hess :]
+        return rows, grad, hess, preds, y, tuple(params)
 
     def _term_sums(self, piece: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """``Σ (f_1 a_μ + f_2 a_λ)`` and ``Σ (f_11 a_μa_μᵀ + f_12 (a_μa_λᵀ + a_λa_μᵀ) +
-        f_22 a_λa_λᵀ)`` of one variable on a block."""
-        x_mu, x_ls, (f1, f2), (f11, f12, f22), *_ = piece
-        cross = x_mu.T @ (f12[:, None] * x_ls)
-        hess = x_mu.T @ (f11[:, None] * x_mu) + cross + cross.T + x_ls.T @ (f22[:, None] * x_ls)
-        return x_mu.T @ f1 + x_ls.T @ f2, hess
+        """``Σ_j f_j a_j`` and ``Σ_{j,k} f_jk a_ja_kᵀ`` of one variable on a block."""
+        rows, grad, hess, *_ = piece
+        g = sum(x.T @ f for x, f in zip(rows, grad, strict=True))
+        h = 0.0
+        for (j, k), f in zip(upper_pairs(len(rows)), hess, strict=True):
+            block = rows[j].T @ (f[:, None] * rows[k])
+            h = h + (block if j == k else block + block.T)
+        return g, h
 
     def _constants_store(self, order: int, levels: int):
         """The shared-scale bound's :class:`~pymc_subsample.bounds.SharedScaleRows` for one
         observed variable (Corollary 2's constants among them), else ``c_i``."""
         if len(self.terms) == 1:
-            return SharedScaleRows.empty(self.lik.n_rows, order)
+            return SharedScaleRows.empty(self.lik.n_rows, order,
+                                         self.terms[0].family.n_predictors)
         return super()._constants_store(order, 0)
 
     def _row_constants(self, term, order, piece, whiten_rows, levels=0) -> np.ndarray | tuple:
-        """The region constants of one variable's rows, with the angle between their two
-        whitened predictor rows (:meth:`LocationScaleFamily.row_constants`); for a model of
-        one observed variable, with the shared-scale bound's pieces
-        ``(weights, c_i, ℓ or None)`` (:func:`~pymc_subsample.bounds.shared_scale_rows`)."""
+        """The region constants of one variable's rows (with the angle between the two
+        whitened predictor rows when there are two); for a model of one observed variable,
+        with the shared-scale bound's pieces ``(weights, c_i, ℓ or None)``
+        (:func:`~pymc_subsample.bounds.shared_scale_rows`)."""
         if whiten_rows is None:
             raise ValueError("two-predictor constants hold on a region of the Laplace frame "
                              "only: pass whiten_rows")
-        x_mu, x_ls, _, _, mu, ls, y, params = piece
-        # one σ for all rows: one whitened row ℓ, exactly the same on every row
-        shared = bool(np.all(x_ls == x_ls[:1]))
-        xt_mu = whiten_rows(x_mu)
-        xt_ls = np.broadcast_to(whiten_rows(x_ls[:1]), x_ls.shape) if shared else whiten_rows(x_ls)
-        s_mu, s_ls = _row_norms(xt_mu), _row_norms(xt_ls)
-        sup = term.family.suprema(order, s_mu, s_ls, y, mu, ls, self.region_radius, *params)
-        plain = combine_partials(order, sup, s_mu, s_ls, row_cosines(xt_mu, xt_ls, s_mu, s_ls))
+        rows, _, _, preds, y, params = piece
+        # one σ (ν) for all rows: one whitened row ℓ, exactly the same on every row
+        shared = all(bool(np.all(x == x[:1])) for x in rows[1:])
+        whitened = [whiten_rows(rows[0])]
+        for x in rows[1:]:
+            whitened.append(np.broadcast_to(whiten_rows(x[:1]), x.shape) if shared
+                            else whiten_rows(x))
+        norms = [_row_norms(x) for x in whitened]
+        extra = tuple(zip(norms[2:], preds[2:], strict=True))
+        sup = term.family.suprema(order, norms[0], norms[1], y, preds[0], preds[1],
+                                  self.region_radius, *params, **({"extra": extra} if extra
+                                                                   else {}))
+        if len(rows) == 2:
+            cos = row_cosines(whitened[0], whitened[1], norms[0], norms[1])
+            plain = combine_partials(order, sup, norms[0], norms[1], cos)
+        else:
+            plain = combine_multi_partials(order, sup, tuple(norms))
         if len(self.terms) != 1:
             return plain
         temperature = self.lik.temperature
-        weights = shared_scale_rows(order, {k: v / temperature for k, v in sup.items()}, s_mu)
+        weights = shared_scale_rows(order, {k: v / temperature for k, v in sup.items()},
+                                    norms[0])
+        shared_rows = np.array([x[0] for x in whitened[1:]])
         return (weights, round_up_float32(plain / temperature),
-                np.array(xt_ls[0]) if shared else None)
+                (shared_rows[0] if len(rows) == 2 else shared_rows) if shared else None)
 
 
 def _row_norms(rows: np.ndarray) -> np.ndarray:

@@ -255,22 +255,23 @@ def check_two_predictor_family(data_family: str, pair_check: Callable, **posteri
 
 
 def worst_on_random_boxes(row: Callable, draw_case: Callable, cases: int, seed: int) -> float:
-    """Each bound ``S_{a,b}`` of a two-predictor family against 30-digit numerical derivatives.
+    """Each bound ``S_α`` of a family of several predictors against 30-digit numerical
+    derivatives.
 
     ``draw_case(rng)`` returns ``(y, point, suprema)``: a row's observation, a point of a
-    random box and the package's ``{(a, b): S}`` on that box; ``row(y)`` is the row's
-    log-density as an mpmath function of the two predictors. Asserts
-    ``|∂^a ∂^b f(point)| ≤ S_{a,b}`` in every case and returns the largest ratio.
+    random box and the package's ``{α: S_α}`` on that box (``α = (a, b)`` or ``(a, b, c)``);
+    ``row(y)`` is the row's log-density as an mpmath function of the predictors. Asserts
+    ``|∂^α f(point)| ≤ S_α`` in every case and returns the largest ratio.
     """
     rng = np.random.default_rng(seed)
     worst = 0.0
     with mpmath.workdps(30):
         for _ in range(cases):
             y, point, suprema = draw_case(rng)
-            for (a, b), bound in suprema.items():
+            for alpha, bound in suprema.items():
                 bound = float(np.asarray(bound).ravel()[0])
                 d = abs(float(mpmath.diff(row(y), tuple(mpmath.mpf(float(v)) for v in point),
-                                          (a, b))))
-                assert d <= bound * (1 + 1e-9) + 1e-12, (a, b, y, point)
+                                          alpha)))
+                assert d <= bound * (1 + 1e-9) + 1e-12, (alpha, y, point)
                 worst = max(worst, d / bound if bound > 0 else 0.0)
     return worst

@@ -13,14 +13,11 @@ import math
 
 import mpmath
 import numpy as np
-import pymc as pm
 import pytest
 from scipy import stats
 
-import pymc_subsample as pms
 from pymc_subsample.bounds.student_t import SCALE_SUPREMA, student_t_scale_row_constants
 from pymc_subsample.datasets import STUDENT_NU as NU
-from pymc_subsample.errors import SubsamplingModelError
 from tests.family_checks import (
     check_two_predictor_family,
     check_two_predictor_pairs,
@@ -49,17 +46,6 @@ def test_mixed_partials_scale_and_their_suprema(a, b):
                 worst = max(worst, abs(p))
     assert worst <= SCALE_SUPREMA[(a, b)] * (1 + 1e-9)
     assert worst >= 0.999 * SCALE_SUPREMA[(a, b)]
-
-
-def test_sampled_nu_beside_a_sampled_sigma_is_refused():
-    X = np.random.default_rng(0).normal(size=(50, 2))
-    with pm.Model():
-        b = pm.Normal("b", 0, 1, shape=2)
-        pm.StudentT("obs", nu=pm.Gamma("nu", 2, 0.1), mu=pm.Data("X", X) @ b,
-                    sigma=pm.HalfNormal("s"), observed=np.zeros(50))
-        with pytest.raises(SubsamplingModelError,
-                           match="'obs'.*sigma and its nu are both sampled.*UserBound"):
-            pms.MHSS()
 
 
 def _check_bound_on_random_pairs(X, y, step, order):

@@ -34,6 +34,7 @@ normal_scale           ``Normal(mu=η, sigma=sampled)``               region, tw
 student_t_scale        ``StudentT(nu=fixed, mu=η, sigma=sampled)``   region, two predictors
 nb_scale               ``NegativeBinomial(mu=exp(η), alpha=sampled)``  region, two predictors
 gamma_scale            ``Gamma(alpha=a, beta=a / exp(η))``, a sampled  region, two predictors
+student_t_nu           ``StudentT(nu=sampled, mu=η, sigma=any)``     region, three predictors
 =====================  ============================================  ==========================
 
 Families whose derivatives are unbounded (:data:`REGION_FAMILIES`) get constants valid on the
@@ -45,14 +46,15 @@ Normal or Student-t with a sampled σ has two predictors, the location and ``log
 (:class:`~pymc_subsample.bounds.family.LocationScaleFamily`):
 :func:`normal_scale_row_constants`, :func:`student_t_scale_row_constants`; so have a negative
 binomial with a sampled dispersion (``η − log α`` and ``log α``) and a Gamma with a sampled
-shape (``η`` and ``log α``).
+shape (``η`` and ``log α``). A Student-t with a sampled ν has three, ``μ``, ``log σ`` and
+``log ν`` (:func:`student_t_nu_suprema`, combined by :func:`combine_multi_partials`).
 
 Two bounds give each row a rate of its own, ``B_i(θ, θ') ≥ |ξ_i|``, in place of ``c_i M``
 (:mod:`~pymc_subsample.bounds.rates` draws their rows): the level bound
 (:mod:`~pymc_subsample.bounds.levels`) for rows that touch one level of a grouping factor, and
-the shared-scale bound (:mod:`~pymc_subsample.bounds.shared_scale`) for two-predictor rows whose
-σ, dispersion or shape is one sampled scalar. The step keeps one of them or Corollary 2's,
-whichever expects fewer rows.
+the shared-scale bound (:mod:`~pymc_subsample.bounds.shared_scale`) for rows of several
+predictors whose σ, dispersion, shape or ν is one sampled scalar. The step keeps one of them or
+Corollary 2's, whichever expects fewer rows.
 
 References
 ----------
@@ -75,6 +77,7 @@ from pymc_subsample.bounds import (  # noqa: F401  (each module registers its fa
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
+    combine_multi_partials,
     combine_partials,
     family,
     location_scale_families,
@@ -97,7 +100,7 @@ from pymc_subsample.bounds.shared_scale import (
     SharedScaleRows,
     shared_scale_rows,
 )
-from pymc_subsample.bounds.student_t import student_t_scale_row_constants
+from pymc_subsample.bounds.student_t import student_t_nu_suprema, student_t_scale_row_constants
 
 __all__ = [
     "FAMILIES",
@@ -112,6 +115,7 @@ __all__ = [
     "SharedScaleBound",
     "SharedScaleRates",
     "SharedScaleRows",
+    "combine_multi_partials",
     "combine_partials",
     "derivative_bound",
     "family",
@@ -126,6 +130,7 @@ __all__ = [
     "remainder_scale",
     "scalar_op",
     "shared_scale_rows",
+    "student_t_nu_suprema",
     "student_t_scale_row_constants",
 ]
 

@@ -29,6 +29,7 @@ import math
 from typing import ClassVar
 
 import numpy as np
+import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
 from pytensor.tensor.elemwise import Elemwise
 
@@ -37,9 +38,11 @@ from pymc_subsample.bounds.remainder import angle_factor, check_order
 __all__ = [
     "Family",
     "LocationScaleFamily",
+    "combine_multi_partials",
     "combine_partials",
     "family",
     "location_scale_families",
+    "multi_indices",
     "register",
     "registered",
     "scalar_op",
@@ -200,33 +203,54 @@ class LocationScaleFamily:
     derivatives over the box the region ``‖φ‖ ≤ r`` allows; ``M`` then goes without Lemma 1's
     angle factors (``remainder_scale(..., sharp=False)``): the derivative is not of rank one.
 
+    A family may have further predictors, the logs of parameters :meth:`read` returns after
+    the fixed ones (:attr:`log_params`: a Student-t's ``κ = log ν``); its rows then have
+    ``2 + len(log_params)`` predictors, its suprema are keyed by one index per predictor and
+    its constants come from :func:`combine_multi_partials`.
+
     Class attributes
     ----------------
     name, description : str
     rv_op : type
     params : tuple of str
         Fixed parameters besides ``σ`` (a Student-t's ν).
+    log_params : tuple of str
+        Sampled parameters besides ``σ`` whose logs are further predictors; the model layer
+        picks a family with them only when one of them is sampled.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
     rv_op: ClassVar[type]
     params: ClassVar[tuple[str, ...]] = ()
+    log_params: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def n_predictors(self) -> int:
+        """Predictors per row: the location, ``log σ`` and one per :attr:`log_params`."""
+        return 2 + len(self.log_params)
 
     def read(
         self, dist_params: list[Variable]
     ) -> tuple[Variable, Variable, tuple[Variable, ...]] | None:
-        """``(μ, σ, fixed parameters)`` from the distribution parameters, or ``None``.
+        """``(μ, σ, parameters)`` from the distribution parameters, or ``None``.
 
         ``σ`` is the parameter whose log is the second predictor (a negative binomial's
-        dispersion); ``None``: not this family's form.
+        dispersion); the parameters are the fixed ones (:attr:`params`) followed by those whose
+        logs are further predictors (:attr:`log_params`); ``None``: not this family's form.
         """
         raise NotImplementedError
 
+    def log_scale(self, scale: Variable, params: tuple[Variable, ...]) -> Variable:
+        """The second predictor as a graph of what :meth:`read` returned: ``log σ`` (a
+        Student-t with a sampled ν takes ``log σ + log ν / 2``)."""
+        return pt.log(scale)
+
     def logp(self, first: Variable, log_scale: Variable, y: Variable,
              *params: Variable) -> Variable:
-        """The row log-density as a PyTensor graph of the two predictors (the one-predictor
-        family's ``f`` with its fixed parameter made ``exp(log_scale)``)."""
+        """The row log-density as a PyTensor graph of the predictors (the one-predictor
+        family's ``f`` with its fixed parameter made ``exp(log_scale)``); ``params`` are the
+        fixed parameters followed by the further predictors (:attr:`log_params`)."""
         raise NotImplementedError
 
     def suprema(
@@ -239,9 +263,15 @@ class LocationScaleFamily:
         log_sigma_hat: np.ndarray,
         radius: float,
         *params: np.ndarray,
-    ) -> dict[tuple[int, int], np.ndarray]:
+        extra: tuple[tuple[np.ndarray, np.ndarray], ...] = (),
+    ) -> dict[tuple[int, ...], np.ndarray]:
         """``{(a, b): S_{a,b}}``, ``S_{a,b} ≥ sup |∂^a_μ ∂^b_λ f|`` per row on the box that
-        ``‖φ‖ ≤ radius`` allows, for ``a + b = order + 1``."""
+        ``‖φ‖ ≤ radius`` allows, for ``a + b = order + 1``.
+
+        A family with further predictors (:attr:`log_params`) takes ``extra``, one pair
+        ``(s_j, p̂_j)`` (whitened row length and value at θ̂) per further predictor, and keys its
+        suprema by one index per predictor, ``(a, b, c, ...)``.
+        """
         raise NotImplementedError
 
     def row_constants(
@@ -313,6 +343,57 @@ def combine_partials(
         if cos is not None:
             term = term * angle_factor(a, k - a, cos)
         total = total + term
+    return total
+
+
+def multi_indices(n_predictors: int, total: int) -> list[tuple[int, ...]]:
+    """Every ``α`` of ``n_predictors`` non-negative integers that sum to ``total``, ordered by
+    ``α_0``, then ``α_1``, ...: for two predictors ``(0, total), (1, total − 1), ...``."""
+    if n_predictors == 1:
+        return [(total,)]
+    return [(a, *rest) for a in range(total + 1)
+            for rest in multi_indices(n_predictors - 1, total - a)]
+
+
+def combine_multi_partials(
+    order: int,
+    suprema: dict[tuple[int, ...], np.ndarray],
+    norms: tuple[np.ndarray, ...],
+) -> np.ndarray:
+    r"""A row's constant from the suprema of its partials in any number of predictors.
+
+    Along a unit direction ``u`` the ``(k+1)``-th derivative of ``f(p_1, ..., p_K)``, ``p_j``
+    affine with whitened rows ``\tilde x_j``, is
+    ``Σ_{|α|=k+1} (k+1)!/α! ∂^α f Π_j (\tilde x_j^\top u)^{α_j}``, so by Cauchy–Schwarz on
+    each factor
+
+    .. math::
+
+        c_i = \sum_{|\alpha|=k+1} \frac{(k+1)!}{\alpha!} S_\alpha \prod_j s_j^{\alpha_j}
+
+    bounds it on the box where ``|∂^α f| ≤ S_α`` (``s_j = \lVert\tilde x_j\rVert``); for two
+    predictors this is :func:`combine_partials` without angle factors. It bounds the symmetric
+    derivative tensor on distinct directions too (Banach), as ``M`` without angle factors needs.
+
+    Parameters
+    ----------
+    order : {1, 2}
+    suprema : dict
+        ``{α: S_α}`` for ``|α| = order + 1``, per row.
+    norms : tuple of ndarray
+        ``s_j``, one per predictor.
+    """
+    check_order(order)
+    k = order + 1
+    norms = tuple(np.asarray(s, dtype=np.float64) for s in norms)
+    total = 0.0
+    for alpha in multi_indices(len(norms), k):
+        coeff = math.factorial(k)
+        term = suprema[alpha]
+        for a, s in zip(alpha, norms, strict=True):
+            coeff //= math.factorial(a)
+            term = term * s**a
+        total = total + coeff * term
     return total
 
 

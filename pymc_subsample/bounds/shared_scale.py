@@ -45,6 +45,12 @@ norms :math:`\sqrt d`, :math:`|\ell^\top\cdot| = \lVert\ell\rVert`) and the enve
 :math:`\bar M = \max_m G_m/\gamma_m` (:mod:`~pymc_subsample.bounds.rates`). The box on which
 :math:`S` holds is the region's, :math:`\lVert\varphi\rVert \le r`, convex and containing the
 segments, so moves with an end outside it are decided on all rows, as before.
+
+*More predictors.* A Student-t with a sampled ν has a third, ``κ = log ν``, also one scalar for
+all rows: the same integrals run over all ``K`` predictors, each after the first with its
+exact displacements, and the terms collect by the multi-index ``α`` that counts the indices on
+each predictor, ``B_i = Σ_α w_{i,α} G_α`` with ``w_{i,α} = S_α s_1^{α_0}``
+(:func:`~pymc_subsample.bounds.family.multi_indices` orders them).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pymc_subsample.bounds.family import multi_indices
 from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import check_order
 from pymc_subsample.indexing import WeightedIndexSampler, round_up_float32
@@ -69,42 +76,49 @@ _CHUNK = 1 << 20
 
 
 def shared_scale_rows(
-    order: int, suprema: dict[tuple[int, int], np.ndarray], s_first: np.ndarray
+    order: int, suprema: dict[tuple[int, ...], np.ndarray], s_first: np.ndarray
 ) -> np.ndarray:
-    """The weights ``w_{i,m} = S_{m,k+1−m} s_1^m``, ``m = 0..k+1``, of a block, (n, k+2)
-    float32 rounded up."""
+    """The weights ``w_{i,α} = S_α s_1^{α_0}`` of a block, one column per multi-index ``α``
+    of :func:`~pymc_subsample.bounds.family.multi_indices` (for two predictors ``α = (m,
+    k+1−m)``, ``m = 0..k+1``), float32 rounded up."""
     check_order(order)
-    k = order + 1
     s1 = np.asarray(s_first, dtype=np.float64)
     return round_up_float32(np.stack(
-        [np.broadcast_to(suprema[(m, k - m)], s1.shape) * s1**m for m in range(k + 1)], axis=1))
+        [np.broadcast_to(suprema[alpha], s1.shape) * s1 ** alpha[0]
+         for alpha in multi_indices(len(next(iter(suprema))), order + 1)], axis=1))
 
 
 def shared_scale_factors(
-    order: int, phi: np.ndarray, phi_new: np.ndarray, shared_row: np.ndarray
+    order: int, phi: np.ndarray, phi_new: np.ndarray, shared_rows: np.ndarray
 ) -> np.ndarray:
-    """``G_m(θ, θ')``, ``m = 0..k+1`` (module docstring), from the whitened points."""
+    """``G_α(θ, θ')`` (module docstring) from the whitened points; ``shared_rows`` holds one
+    whitened row ``ℓ`` per shared predictor, shape ``(d,)`` or ``(K − 1, d)``."""
     h = phi_new - phi
     first = (math.sqrt(phi @ phi), math.sqrt(phi_new @ phi_new), math.sqrt(h @ h))
-    second = (abs(shared_row @ phi), abs(shared_row @ phi_new), abs(shared_row @ h))
-    return _factors(order, first, second)
+    others = [(abs(row @ phi), abs(row @ phi_new), abs(row @ h))
+              for row in np.atleast_2d(shared_rows)]
+    return _factors(order, (first, *others))
 
 
-def _factors(order: int, first: tuple, second: tuple) -> np.ndarray:
-    """``G_m`` from ``(P, P', H)`` of the first predictor (without ``s_1``) and the second."""
-    pieces = (first, second)
-    out = np.zeros(order + 2)
-    if order == 1:
-        for j in range(2):
-            for a in range(2):
-                out[(j == 0) + (a == 0)] += pieces[j][2] * 0.5 * (pieces[a][0] + pieces[a][1])
-        return out
-    for j in range(2):
-        for a in range(2):
-            for b in range(2):
+def _factors(order: int, pieces: tuple) -> np.ndarray:
+    """``G_α`` from ``(P, P', H)`` of each predictor (the first's without ``s_1``), in the
+    order of :func:`~pymc_subsample.bounds.family.multi_indices`."""
+    n = len(pieces)
+    column = {alpha: j for j, alpha in enumerate(multi_indices(n, order + 1))}
+    out = np.zeros(len(column))
+
+    def add(indices: tuple[int, ...], value: float) -> None:
+        out[column[tuple(indices.count(j) for j in range(n))]] += value
+
+    for j in range(n):
+        for a in range(n):
+            if order == 1:
+                add((j, a), pieces[j][2] * 0.5 * (pieces[a][0] + pieces[a][1]))
+                continue
+            for b in range(n):
                 (x, xp, _), (y, yp, _) = pieces[a], pieces[b]
                 mixed = (2.0 * x * y + x * yp + xp * y + 2.0 * xp * yp) / 6.0
-                out[(j == 0) + (a == 0) + (b == 0)] += 0.5 * pieces[j][2] * mixed
+                add((j, a, b), 0.5 * pieces[j][2] * mixed)
     return out
 
 
@@ -114,14 +128,15 @@ class SharedScaleRows:
 
     Attributes
     ----------
-    weights : ndarray of float32, shape (N, k+2)
-        ``w_{i,m}``.
+    weights : ndarray of float32, shape (N, number of multi-indices)
+        ``w_{i,α}`` (``(N, k+2)`` for two predictors).
     plain : ndarray of float32, shape (N,)
         Corollary 2's constants from the same pass (the alternative).
     order : int
     shared_row : ndarray or None
-        ``ℓ``, the second predictor's whitened row, when every row has the same one; ``None``
-        when they differ (a scale that depends on covariates): the bound does not apply.
+        ``ℓ``, the second predictor's whitened row, shape ``(d,)``, or one per predictor after
+        the first, ``(K − 1, d)``, when every row has the same ones; ``None`` when they differ
+        (a scale that depends on covariates): the bound does not apply.
     """
 
     weights: np.ndarray
@@ -131,8 +146,9 @@ class SharedScaleRows:
     _seen: bool = field(default=False, repr=False)
 
     @staticmethod
-    def empty(n_rows: int, order: int) -> SharedScaleRows:
-        return SharedScaleRows(np.zeros((n_rows, order + 2), np.float32),
+    def empty(n_rows: int, order: int, n_predictors: int = 2) -> SharedScaleRows:
+        columns = len(multi_indices(n_predictors, order + 1))
+        return SharedScaleRows(np.zeros((n_rows, columns), np.float32),
                                np.zeros(n_rows, np.float32), order)
 
     def fill(self, rows: np.ndarray, block: tuple) -> None:
@@ -174,13 +190,13 @@ class SharedScaleBound:
             raise ValueError("the shared-scale bound needs one second-predictor row for all rows")
         self.order, self.weights = rows.order, rows.weights
         self.shared_row = np.asarray(rows.shared_row, dtype=np.float64)
-        typical = math.sqrt(dim)
-        spread = max(float(np.linalg.norm(self.shared_row)), np.finfo(float).tiny)
-        self.typical = np.maximum(_factors(self.order, (typical,) * 3, (spread,) * 3),
-                                  np.finfo(float).tiny)
+        tiny = np.finfo(float).tiny
+        spreads = [(max(float(np.linalg.norm(row)), tiny),) * 3
+                   for row in np.atleast_2d(self.shared_row)]
+        self.typical = np.maximum(_factors(self.order, ((math.sqrt(dim),) * 3, *spreads)), tiny)
         n = rows.weights.shape[0]
         fixed = np.empty(n, dtype=np.float32)
-        self.totals = np.zeros(self.order + 2)
+        self.totals = np.zeros(rows.weights.shape[1])
         for start in range(0, n, _CHUNK):
             w = rows.weights[start : start + _CHUNK].astype(np.float64)
             fixed[start : start + _CHUNK] = round_up_float32(w @ self.typical)

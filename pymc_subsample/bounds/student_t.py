@@ -33,6 +33,38 @@ with :math:`P_{a,b}` rational functions of ``q`` alone that vanish as :math:`|q|
 (:data:`SCALE_SUPREMA`: 1, 3√3/8, 1/2; 2h*, 2, 0.869619, 2√3/9) hold for every residual, so
 on the region only :math:`e^{-a\lambda} \le e^{-a(\hat\lambda - r s_\lambda)}` needs the box:
 :func:`student_t_scale_row_constants`.
+
+**Sampled ν** (and σ sampled or fixed): three predictors, :math:`\mu`,
+:math:`s = \log(\sigma\sqrt\nu) = \lambda + \kappa/2` and :math:`\kappa = \log\nu`, all affine
+when :math:`\lambda = \log\sigma` and :math:`\kappa` are. With :math:`t = (y - \mu)e^{-s}` and
+:math:`\Psi = \log(1 + t^2)`,
+
+.. math::
+
+    f = C(\kappa) - s + A(\kappa)\Psi(\mu, s), \qquad A = -\frac{e^\kappa + 1}2, \qquad
+    C = D(e^\kappa) - \frac12\log\pi, \qquad
+    D(\nu) = \log\Gamma\Bigl(\frac{\nu+1}2\Bigr) - \log\Gamma\Bigl(\frac\nu2\Bigr).
+
+``κ`` enters ``Ψ`` through ``s`` only, which is a predictor of its own, so every partial of
+order ``a + b + c ≥ 2`` is one term (or two):
+
+.. math::
+
+    \partial^a_\mu\partial^b_s\partial^c_\kappa f = [a = b = 0]\, C^{(c)}
+    + A^{(c)} e^{-as} Q_{a,b}(t),
+
+with :math:`\partial^a_\mu\partial^b_s\Psi = e^{-as}Q_{a,b}(t)`: :math:`Q_{a,b} = -2P_{a,b}`
+for :math:`a + b \ge 2` (the recursion above, with :math:`\nu` fixed), :math:`|Q_{1,0}| \le 1`,
+:math:`|Q_{0,1}| \le 2` and :math:`Q_{0,0} = \Psi`. On the box of the region
+:math:`|A| \le (\nu_+ + 1)/2`, :math:`|A^{(c\ge1)}| = \nu/2 \le \nu_+/2`,
+:math:`e^{-s} \le E = e^{-(\hat s - r s_s)}` and :math:`\Psi \le \log(1 + \bar t^2)`,
+:math:`\bar t = (|y - \hat\mu| + r s_\mu)E`, with :math:`\nu_\pm = e^{\hat\kappa \pm r s_\kappa}`;
+and since :math:`C'' = \nu D' + \nu^2 D''` and :math:`C''' = \nu D' + 3\nu^2 D'' + \nu^3 D'''`
+with :math:`D^{(n)} = 2^{-n}[\psi^{(n-1)}(\tfrac{\nu+1}2) - \psi^{(n-1)}(\tfrac\nu2)]`, whose
+absolute values decrease in ``ν`` (the polygamma functions are completely monotone),
+:math:`|C^{(c)}| \le \sum_m b_{c,m}\nu_+^m |D^{(m)}(\nu_-)|` (:func:`student_t_nu_suprema`).
+Taking ``λ`` for the second predictor instead would spread each ``κ``-derivative of ``Ψ`` over
+``Σ_j C(c, j) 2^{-(c-j)}`` terms of ``∂_s``, bounded one by one: looser.
 """
 
 from __future__ import annotations
@@ -42,17 +74,19 @@ import math
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor.random.basic import StudentTRV
-from scipy.special import gammaln
+from scipy.special import gammaln, polygamma
 
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
     combine_partials,
+    multi_indices,
     register,
 )
 from pymc_subsample.bounds.remainder import check_region
 
-__all__ = ["StudentT", "StudentTScale", "student_t_scale_row_constants"]
+__all__ = ["StudentT", "StudentTNu", "StudentTScale", "student_t_nu_suprema",
+           "student_t_scale_row_constants"]
 
 _T = math.sqrt(2.0) - 1.0
 #: sup over t of |t (t² − 3)| / (1 + t²)³, attained at t = √2 − 1
@@ -158,3 +192,83 @@ class StudentTScale(LocationScaleFamily):
 
     def suprema(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, nu):
         return student_t_scale_suprema(order, s_log_sigma, log_sigma_hat, radius, nu)
+
+
+#: sup |Q_{a,b}| over t for a + b = 1 (module docstring); Q_{0,0} = Ψ depends on the box
+_LOW_ORDER_Q = {(1, 0): 1.0, (0, 1): 2.0}
+#: C^{(c)} = Σ_m b_{c,m} ν^m D^{(m)}(ν), m = 1, 2, 3: the coefficients b_{c,m}
+_C_COEFFICIENTS = {2: (1.0, 1.0, 0.0), 3: (1.0, 3.0, 1.0)}
+
+
+def student_t_nu_suprema(
+    order: int,
+    s_mu: np.ndarray,
+    s_log_scale: np.ndarray,
+    s_log_nu: np.ndarray,
+    y: np.ndarray,
+    mu_hat: np.ndarray,
+    log_scale_hat: np.ndarray,
+    log_nu_hat: np.ndarray,
+    radius: float,
+) -> dict[tuple[int, int, int], np.ndarray]:
+    r"""``S_{a,b,c} ≥ sup |∂^a_μ ∂^b_s ∂^c_κ f|`` per row on the box ``‖φ‖ ≤ radius`` allows,
+    ``a + b + c = order + 1``, in the predictors ``μ``, ``s = log(σ√ν)`` and ``κ = log ν``
+    (module docstring):
+
+    .. math::
+
+        S_{a,b,0} = \frac{\nu_+ + 1}2 E^a \bar Q_{a,b}, \qquad
+        S_{a,b,c\ge1} = [a = b = 0]\, \bar C_c + \frac{\nu_+}2 E^a \bar Q_{a,b},
+
+    :math:`\bar Q_{0,0} = \log(1 + \bar t^2)`, :math:`\bar Q_{1,0} = 1`, :math:`\bar Q_{0,1} = 2`,
+    :math:`\bar Q_{a,b} = 2\bar P_{a,b}` (:data:`SCALE_SUPREMA`) for :math:`a + b \ge 2` and
+    :math:`\bar C_c = \sum_m b_{c,m}\nu_+^m |D^{(m)}(\nu_-)|`.
+    """
+    check_region(order, radius)
+    s_mu, s_s, s_nu, y, mu_hat, s_hat, nu_hat = (
+        np.asarray(v, dtype=np.float64)
+        for v in (s_mu, s_log_scale, s_log_nu, y, mu_hat, log_scale_hat, log_nu_hat))
+    e_bar = np.exp(-(s_hat - radius * s_s))
+    nu_lo, nu_hi = np.exp(nu_hat - radius * s_nu), np.exp(nu_hat + radius * s_nu)
+    t_bar = (np.abs(y - mu_hat) + radius * s_mu) * e_bar
+    q_bar = {(0, 0): np.log1p(t_bar**2), **_LOW_ORDER_Q,
+             **{key: 2.0 * value for key, value in SCALE_SUPREMA.items()}}
+    # |D^{(m)}(ν)| = 2^{-m} |ψ^{(m-1)}((ν+1)/2) − ψ^{(m-1)}(ν/2)|, largest at ν_−
+    d_abs = [np.abs(polygamma(m - 1, 0.5 * (nu_lo + 1.0)) - polygamma(m - 1, 0.5 * nu_lo))
+             / 2.0**m for m in (1, 2, 3)]
+    shape = np.broadcast(y, mu_hat, s_mu, s_s, s_nu, s_hat, nu_hat).shape
+    out = {}
+    for a, b, c in multi_indices(3, order + 1):
+        a_bar = (nu_hi + 1.0) / 2.0 if c == 0 else nu_hi / 2.0
+        total = a_bar * e_bar**a * q_bar[(a, b)]
+        if a == b == 0:
+            total = total + sum(coef * nu_hi ** (m + 1) * d_abs[m]
+                                for m, coef in enumerate(_C_COEFFICIENTS[c]))
+        out[(a, b, c)] = np.broadcast_to(total, shape).astype(np.float64)
+    return out
+
+
+@register
+class StudentTNu(StudentTScale):
+    """Student-t with location ``μ``, a sampled ``nu`` and a sampled or fixed ``sigma``; its
+    second predictor is ``s = log(σ√ν)``, its third ``log ν`` (module docstring). It reads the
+    graph as :class:`StudentTScale` does, ``ν`` then being a predictor, not a fixed parameter."""
+
+    name = "student_t_nu"
+    description = "StudentT with a sampled nu (mu, log sigma and log nu affine)"
+    params = ()
+    log_params = ("nu",)
+
+    def log_scale(self, scale, params):
+        # log σ + log ν / 2, a sum (not log(σ√ν)): each log then simplifies on its own
+        (nu,) = params
+        return pt.log(scale) + 0.5 * pt.log(nu)
+
+    def logp(self, first, log_scale, y, log_nu):
+        # log_scale = log(σ√ν): σ = exp(log_scale − log_nu / 2)
+        return StudentT().terms(first, y, pt.exp(log_nu), pt.exp(log_scale - 0.5 * log_nu))[0]
+
+    def suprema(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, *, extra):
+        ((s_log_nu, log_nu_hat),) = extra
+        return student_t_nu_suprema(order, s_mu, s_log_sigma, s_log_nu, y, mu_hat,
+                                    log_sigma_hat, log_nu_hat, radius)
