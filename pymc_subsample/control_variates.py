@@ -220,7 +220,8 @@ class TaylorControlVariate:
         return lik.diff_graph - r_hat
 
     def _glm_remainder_graph(self, glm_terms):
-        """``ξ_i`` for GLM rows, all in ``η``: ``f(η'_i) − f(η_i)`` minus the Taylor terms.
+        """``ξ_i`` for GLM rows: ``f(η'_i) − f(η_i)`` minus the Taylor terms in ``θ``, written in
+        ``η`` (and, for a quadratic predictor, its linear part).
 
         ``f`` is the family's closed form (:func:`pymc_subsample.glm.family_terms`), which the
         data pass checked against the model's own log-likelihood on all rows.
@@ -235,9 +236,15 @@ class TaylorControlVariate:
             f_new = family_terms(term, eta_new)[0]
             _, f1, f2 = family_terms(term, eta_hat)
             u, u_new = term.eta - eta_hat, eta_new - eta_hat
-            step = f1 * (u_new - u)
+            # the Taylor terms in θ: for a quadratic predictor u = v + ½δᵀQδ with v its
+            # linear part, and f' multiplies v to order 1, u to order 2; f'' multiplies v²
+            v, v_new = u, u_new
+            if term.curvature is not None:
+                rows_hat = lik.at(term.rows, theta_hat)
+                v, v_new = (rows_hat @ (t - theta_hat) for t in (lik.theta, lik.theta_new))
+            step = f1 * (v_new - v)
             if self.order == 2:
-                step = step + 0.5 * f2 * (u_new**2 - u**2)
+                step = f1 * (u_new - u) + 0.5 * f2 * (v_new**2 - v**2)
             xi = xi + (f_new - f_cur - step) / lik.temperature
         return xi
 

@@ -54,7 +54,7 @@ __all__ = [
 #: Likelihood families understood by :func:`glm_data` and :func:`glm_model`.
 FAMILIES = ("logistic", "probit", "poisson", "gaussian", "poisson_log", "gaussian_scale",
             "cloglog", "gamma_log", "negative_binomial", "student_t", "student_t_scale",
-            "negative_binomial_scale", "gamma_log_scale", "student_t_nu")
+            "negative_binomial_scale", "gamma_log_scale", "student_t_nu", "logistic_product")
 #: The noise sd of the ``gaussian_scale`` family's data (its model samples σ).
 GAUSSIAN_SCALE_SIGMA = 2.0
 #: Fixed parameters of the ``gamma_log`` (shape), ``negative_binomial`` (dispersion) and
@@ -88,7 +88,9 @@ def glm_data(
         ``gamma_log_scale``: the shape α ~ Exponential(0.5) sampled), or
         ``η + σ t_ν`` (:data:`STUDENT_NU`, :data:`STUDENT_SIGMA`; the
         ``student_t_scale`` model samples σ ~ HalfNormal(5), the ``student_t_nu`` model also
-        ν ~ Gamma(2, 0.1)).
+        ν ~ Gamma(2, 0.1)), or ``logistic_product``: ``Bernoulli(logistic(η + β₁β₂x₁x₂))``,
+        an interaction whose coefficient is the product of two main effects (a predictor
+        quadratic in the parameters; ``d ≥ 3``).
     seed : int, optional
         Seed of the NumPy generator that draws ``X``, ``β`` and ``y``.
 
@@ -106,14 +108,19 @@ def glm_data(
     X = rng.normal(size=(n, d))
     X[:, 0] = 1.0
     beta = rng.normal(size=d) / np.sqrt(d)
-    y = _glm_response(rng, X @ beta, family)
+    eta = X @ beta
+    if family == "logistic_product":
+        if d < 3:
+            raise ValueError(f"logistic_product needs d >= 3 (two main effects); got d={d}")
+        eta = eta + beta[1] * beta[2] * X[:, 1] * X[:, 2]
+    y = _glm_response(rng, eta, family)
     return X, y
 
 
 def _glm_response(rng: np.random.Generator, eta: np.ndarray, family: str) -> np.ndarray:
     """Responses of :func:`glm_data`'s families drawn at the linear predictor ``eta``."""
     n = eta.shape[0]
-    if family == "logistic":
+    if family in ("logistic", "logistic_product"):
         return rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
     if family == "probit":
         return rng.binomial(1, ndtr(eta))
@@ -227,6 +234,8 @@ def glm_model(
         elif family == "student_t_scale":
             sigma = pm.HalfNormal("sigma", 5.0)
             pm.StudentT("y", nu=STUDENT_NU, mu=eta, sigma=sigma, observed=y)
+        elif family == "logistic_product":
+            pm.Bernoulli("y", logit_p=eta + b[1] * b[2] * Xd[:, 1] * Xd[:, 2], observed=y)
         elif family == "student_t_nu":
             sigma = pm.HalfNormal("sigma", 5.0)
             nu = pm.Gamma("nu", 2.0, 0.1)

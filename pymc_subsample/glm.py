@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytensor.tensor as pt
-from pytensor.gradient import Rop
+from pytensor.gradient import Rop, disconnected_grad
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
@@ -44,6 +44,7 @@ from pymc_subsample.bounds import (
     combine_partials,
     level_rows,
     location_scale_families,
+    quadratic_row_constants,
     region_radius,
     registered,
     scalar_op,
@@ -88,7 +89,11 @@ class GLMTerm:
     params : tuple of Variable
         The family's fixed parameters (:attr:`Family.params`) on the rows ``idx``, broadcast.
     rows : Variable
-        ``∂η_i/∂θ`` as an ``(n, d)`` graph, free of ``θ`` (:func:`_rows_of_affine`).
+        ``∂η_i/∂θ`` as an ``(n, d)`` graph, free of ``θ`` when ``η`` is affine
+        (:func:`_rows_of_affine`).
+    curvature : Variable or None
+        ``∂²η_i/∂θ²`` as an ``(n, d, d)`` graph free of ``θ`` when ``η`` is quadratic in ``θ``
+        (a product of two parameters); None when it is affine.
     """
 
     name: str
@@ -97,6 +102,7 @@ class GLMTerm:
     y: Variable
     params: tuple[Variable, ...]
     rows: Variable
+    curvature: Variable | None = None
 
 
 
@@ -139,7 +145,8 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
     Each registered family of the variable's distribution is asked in turn to read its
     predictor and fixed parameters (:meth:`Family.read`); the first that does is checked:
     its fixed parameters must not depend on the sampled ones, and its predictor (after
-    simplifying ``log`` of products and exponentials) must be affine in them.
+    simplifying ``log`` of products and exponentials) must be affine in them, or quadratic
+    (a product of two: :mod:`pymc_subsample.bounds.quadratic`).
 
     Raises
     ------
@@ -177,12 +184,12 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
         )
         (eta_theta,) = lik.in_theta([_simplify_log(pt.broadcast_to(eta, (n_rows,)))])
         try:
-            rows = _rows_of_affine(block.name, eta_theta, lik.theta)
+            rows, curvature = _predictor_derivatives(block.name, eta_theta, lik.theta)
         except SubsamplingModelError:
             if fam.link_hint is None:
                 raise
             raise _unsupported(block.name, fam.link_hint) from None
-        terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows))
+        terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows, curvature))
     return terms
 
 
@@ -279,11 +286,16 @@ class GLMPass:
         self.lik = lik
         self.terms = detect_glm_terms(lik) if terms is None else terms
         self._compile_pass()
-        #: ``r`` of the region ``‖φ‖ ≤ r`` on which the row constants hold (``inf``: globally)
+        quadratic = any(t.curvature is not None for t in self.terms)
+        #: ``r`` of the region ``‖φ‖ ≤ r`` on which the row constants hold (``inf``: globally);
+        #: a quadratic predictor's gradient grows with ``‖φ‖``, so it needs one too
         self.region_radius = (
             region_radius(lik.dim)
-            if any(t.family.region_only for t in self.terms) else math.inf
+            if quadratic or any(t.family.region_only for t in self.terms) else math.inf
         )
+        # a quadratic predictor's derivative tensor is not of rank one along one row
+        self.sharp_angles = not quadratic
+        self._curvature_fns: dict[int, Callable] = {}
 
     def _compile_pass(self) -> None:
         """One function of ``(θ, idx, check)``: per observed variable the model's own ``Σ ℓ_i``
@@ -304,15 +316,21 @@ class GLMPass:
         self.n_passes = 0
 
     def _term_outputs(self, term: GLMTerm) -> list[Variable]:
-        """``Σ f``, then the rows ``x``, ``f'``, ``f''``, ``y``, ``η`` and the fixed parameters."""
+        """``Σ f``, then the rows ``x``, ``f'``, ``f''``, ``y``, ``η``, the fixed parameters
+        and, for a quadratic predictor, ``Σ f'_i ∂²η_i/∂θ²``."""
         f, f1, f2 = family_terms(term, term.eta)
-        return [f.sum(), term.rows, f1, f2, pt.cast(term.y, "float64"),
-                pt.cast(term.eta, "float64"), *term.params]
+        out = [f.sum(), term.rows, f1, f2, pt.cast(term.y, "float64"),
+               pt.cast(term.eta, "float64"), *term.params]
+        if term.curvature is not None:
+            out.append(_weighted_curvature(term.eta, self.lik.theta, f1))
+        return out
 
     def _term_pieces(self, term: GLMTerm, outputs: list, n: int) -> tuple:
-        """One variable's :meth:`_term_outputs` after ``Σ f`` as :meth:`rows` returns them."""
+        """One variable's :meth:`_term_outputs` after ``Σ f`` as :meth:`rows` returns them:
+        ``(x, f', f'', y, η, κ, Σ f'∂²η or None)``."""
         x, f1, f2, y, eta, *params = outputs
-        return np.asarray(x).reshape(n, -1), f1, f2, y, eta, tuple(params)
+        curvature_sum = params.pop() if term.curvature is not None else None
+        return np.asarray(x).reshape(n, -1), f1, f2, y, eta, tuple(params), curvature_sum
 
     def rows(
         self, theta: np.ndarray, idx: np.ndarray, *, check: bool = True
@@ -392,8 +410,10 @@ class GLMPass:
         theta = np.asarray(theta, dtype=np.float64)
         full_data = idx_chunks is None
         total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
-        # a rate bound's pieces need one observed variable: each row has one rate
-        levels = levels if len(self.terms) == 1 and order else 0
+        # a rate bound's pieces need one observed variable (each row has one rate) of one
+        # affine predictor
+        affine = all(getattr(t, "curvature", None) is None for t in self.terms)
+        levels = levels if len(self.terms) == 1 and order and affine else 0
         consts = None if order is None else self._constants_store(order, levels)
         # the family's f is compared with the model's likelihood on every row once: on the
         # subsample passes (unless check_subsamples is off) and the first full pass; f is a
@@ -437,7 +457,10 @@ class GLMPass:
             for term, piece in zip(self.terms, pieces, strict=True):
                 g, h = self._term_sums(piece)
                 gb, hb = gb + g, hb + h
-                if order is not None:
+                if order is not None and getattr(term, "curvature", None) is not None:
+                    cb = cb + self._quadratic_constants(term, order, piece, whiten_rows, theta,
+                                                        chunk)
+                elif order is not None:
                     c = self._row_constants(term, order, piece, whiten_rows, levels)
                     if isinstance(c, tuple):  # a bound's pieces: one observed variable
                         return s, gb, hb, c
@@ -446,9 +469,38 @@ class GLMPass:
         return s, gb, hb, cb
 
     def _term_sums(self, piece: tuple) -> tuple[np.ndarray, np.ndarray]:
-        """One variable's ``Σ f'x`` and ``Σ f''xxᵀ`` on a block (:meth:`_term_pieces`)."""
-        x, f1, f2, *_ = piece
-        return x.T @ f1, x.T @ (f2[:, None] * x)
+        """One variable's ``Σ f'x`` and ``Σ f''xxᵀ`` (plus ``Σ f'∂²η`` for a quadratic
+        predictor) on a block (:meth:`_term_pieces`)."""
+        x, f1, f2, *_, curvature_sum = piece
+        hess = x.T @ (f2[:, None] * x)
+        return x.T @ f1, hess if curvature_sum is None else hess + curvature_sum
+
+    def _quadratic_constants(self, term, order, piece, whiten_rows, theta, chunk) -> np.ndarray:
+        """``c_i`` of rows with a quadratic predictor
+        (:func:`~pymc_subsample.bounds.quadratic_row_constants`), at ``θ̂``."""
+        if whiten_rows is None:
+            raise ValueError("constants for a quadratic predictor hold on a region of the "
+                             "Laplace frame only: pass whiten_rows")
+        x, f1, _, y, eta_hat, params, _ = piece
+        sd = _row_norms(whiten_rows(np.eye(self.lik.dim)))  # σ_j = ‖Lᵀe_j‖
+        q = self._curvature_norms(term, theta, chunk, sd)
+        return quadratic_row_constants(term.family, order, _row_norms(whiten_rows(x)), q, f1,
+                                       y, params, eta_hat, self.region_radius)
+
+    def _curvature_norms(self, term: GLMTerm, theta: np.ndarray, chunk: np.ndarray,
+                         sd: np.ndarray) -> np.ndarray:
+        """``q_i = Σ_jk |∂²η_i/∂θ_j∂θ_k| σ_j σ_k ≥ ‖LᵀQ_iL‖₂`` on the rows ``chunk``, in pieces
+        of at most 2²² numbers of the ``(n, d, d)`` curvature (compiled on first use)."""
+        key = self.terms.index(term)
+        if key not in self._curvature_fns:
+            weights = pt.vector("sd", dtype="float64")
+            q = (pt.abs(term.curvature) * pt.outer(weights, weights)).sum(axis=(1, 2))
+            self._curvature_fns[key] = self.lik.compile([self.lik.theta, self.lik.idx, weights],
+                                                        pt.cast(q, "float64"))
+        step = max(1, (1 << 22) // self.lik.dim**2)
+        fn = self._curvature_fns[key]
+        return np.concatenate([fn(theta, chunk[i : i + step], sd)
+                               for i in range(0, len(chunk), step)])
 
     def _row_constants(self, term, order, piece, whiten_rows, levels=0) -> np.ndarray | tuple:
         """``c_i`` of one variable's rows in a chunk (:meth:`Family.row_constants`), or with
@@ -460,7 +512,7 @@ class GLMPass:
         """
         if levels:
             return self._level_rows(term, order, piece, whiten_rows, levels)
-        x, _, _, y, eta_hat, params = piece
+        x, _, _, y, eta_hat, params, _ = piece
         whitened = whiten_rows is not None
         xt = whiten_rows(x) if whitened else x
         radius = self.region_radius if term.family.region_only and whitened else math.inf
@@ -470,7 +522,7 @@ class GLMPass:
     def _level_rows(self, term, order, piece, whiten_rows, levels) -> tuple[np.ndarray, ...]:
         """The level bound's pieces of one chunk (:func:`level_rows`): the supremum on the
         same interval as :meth:`_row_constants`, the whitened rows split by level."""
-        x, _, _, y, eta_hat, params = piece
+        x, _, _, y, eta_hat, params, _ = piece
         xt = whiten_rows(x)
         norms = _row_norms(xt)
         radius = self.region_radius if term.family.region_only else math.inf
@@ -505,25 +557,75 @@ def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
         If ``η`` is not affine in ``θ``: its derivative still depends on ``θ`` once the graph
         is simplified (a conservative test: it cannot pass a predictor that is not affine).
     """
+    rows = _rows_graph(eta, theta)
+    if theta in _value_ancestors(rows):
+        raise _not_affine(name)
+    return rows
+
+
+def _predictor_derivatives(
+    name: str, eta: Variable, theta: Variable
+) -> tuple[Variable, Variable | None]:
+    """``(∂η_i/∂θ, None)`` for an affine predictor, ``(∂η_i/∂θ, ∂²η_i/∂θ²)`` for a quadratic
+    one (the rows then depend on ``θ``, the ``(n, d, d)`` curvature does not).
+
+    Raises
+    ------
+    SubsamplingModelError
+        If ``η`` is neither: its second derivatives still depend on ``θ``.
+    """
+    rows = _rows_graph(eta, theta)
+    if theta not in _value_ancestors(rows):
+        return rows, None
+    curvature = _curvature_graph(eta, theta)
+    if theta in _value_ancestors(curvature):
+        raise _not_affine(name)
+    return rows, curvature
+
+
+def _not_affine(name: str) -> SubsamplingModelError:
+    return _unsupported(
+        name, "its linear predictor is not affine in the sampled parameters, nor quadratic (a "
+        "product of two parameters on the whole line, with Normal priors say, is read, with "
+        "bounds on a region; a positive parameter is sampled as its log, so a product with one "
+        "is not quadratic, nor is a product of three or a nonlinear function). A non-centred "
+        "group effect s * z[g], with z ~ Normal of constant parameters and s a scalar with a "
+        "positive prior such as HalfNormal, is sampled as u = s * z; or write the effect "
+        "centred, u = pm.Normal('u', 0, s, shape=G) and eta = X @ b + u[g], which is affine"
+    )
+
+
+def _rows_graph(eta: Variable, theta: Variable) -> Variable:
+    """``∂η_i/∂θ`` as an (n, d) graph (:func:`_rows_of_affine`), not checked."""
     if theta not in ancestors([eta]):  # a fixed σ beside a sampled ν: no rows
         return pt.zeros((eta.shape[0], theta.type.shape[0]), dtype="float64")
     direction = theta.type("direction")
     along = Rop(eta, theta, direction, use_op_rop_implementation=False)
     basis = pt.eye(theta.type.shape[0], dtype="float64")
-    rows = rewrite_graph(
+    return rewrite_graph(
         vectorize_graph(along, {direction: basis}).T,
         include=("canonicalize",),
         custom_rewrite=in2out(_product_with_selection),
     )
-    if theta in _value_ancestors(rows):
-        raise _unsupported(
-            name, "its linear predictor is not affine in the sampled parameters (a product of "
-            "parameters is not; the one product read is a non-centred group effect s * z[g], "
-            "with z ~ Normal of constant parameters and s a scalar with a positive prior such as "
-            "HalfNormal, which is sampled as u = s * z. Otherwise write the effect centred, "
-            "u = pm.Normal('u', 0, s, shape=G) and eta = X @ b + u[g], which is affine)"
-        )
-    return rows
+
+
+def _curvature_graph(eta: Variable, theta: Variable) -> Variable:
+    """``∂²η_i/∂θ_j∂θ_k`` as an (n, d, d) graph: forward mode twice, each batched over the
+    basis."""
+    u, v = theta.type("u"), theta.type("v")
+    along = Rop(eta, theta, u, use_op_rop_implementation=False)
+    twice = Rop(along, theta, v, use_op_rop_implementation=False)
+    basis = pt.eye(theta.type.shape[0], dtype="float64")
+    curvature = vectorize_graph(vectorize_graph(twice, {v: basis}), {u: basis})  # (d, d, n)
+    return rewrite_graph(curvature.dimshuffle(2, 0, 1), include=("canonicalize",))
+
+
+def _weighted_curvature(eta: Variable, theta: Variable, weights: Variable) -> Variable:
+    """``Σ_i w_i ∂²η_i/∂θ²`` (d, d) with ``w`` held constant: the Hessian of ``Σ w_i η_i``."""
+    grad = pt.grad((disconnected_grad(weights) * eta).sum(), theta)
+    direction = theta.type("direction")
+    along = Rop(grad, theta, direction, use_op_rop_implementation=False)
+    return vectorize_graph(along, {direction: pt.eye(theta.type.shape[0], dtype="float64")})
 
 
 def _value_ancestors(var: Variable) -> set[Variable]:

@@ -17,6 +17,8 @@ import pymc_subsample as pms
 from pymc_subsample.centring import centred_twin, find_non_centred_effects
 from pymc_subsample.datasets import random_effects_data
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.glm import detect_glm_terms
+from pymc_subsample.likelihood import SubsampledLikelihood
 
 X, GROUP, Y = random_effects_data(3_000, 3, 12, seed=2)
 GROUPS = 12
@@ -133,13 +135,32 @@ def _scale_is_a_group_vector() -> pm.Model:
     return model
 
 
-@pytest.mark.parametrize("build", [_product_of_two_coefficients, _student_t_effects,
-                                   _scale_is_a_group_vector])
+def test_a_product_of_two_real_parameters_is_not_centred_but_read_as_quadratic():
+    """No twin: ``a * c[g]`` with Normal priors stays a product of two parameters, which the GLM
+    layer reads as a quadratic predictor (``bounds.quadratic``)."""
+    model = _product_of_two_coefficients()
+    assert find_non_centred_effects(model) == []
+    assert centred_twin(model, model.value_vars) is None
+    (term,) = detect_glm_terms(SubsampledLikelihood(model))
+    assert term.curvature is not None
+
+
+def _product_of_three() -> pm.Model:
+    with pm.Model() as model:
+        a, e = pm.Normal("a", 0.0, 1.0), pm.Normal("e", 0.0, 1.0)
+        c = pm.Normal("c", 0.0, 1.0, shape=GROUPS)
+        pm.Bernoulli("y", logit_p=a * e * c[pm.Data("g", GROUP)], observed=Y)
+    return model
+
+
+@pytest.mark.parametrize("build", [_student_t_effects, _scale_is_a_group_vector,
+                                   _product_of_three])
 def test_other_products_are_refused_naming_the_variable(build):
+    """A positive scale is sampled as its log: ``s * z`` is then ``e^λ z``, not quadratic."""
     model = build()
     assert find_non_centred_effects(model) == []
     with model, pytest.raises(SubsamplingModelError,
-                              match=r"'y'.*not affine.*s \* z\[g\].*UserBound"):
+                              match=r"'y'.*not affine.*nor quadratic.*s \* z\[g\].*UserBound"):
         pms.MHSS()
 
 

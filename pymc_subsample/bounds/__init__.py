@@ -47,7 +47,9 @@ Normal or Student-t with a sampled σ has two predictors, the location and ``log
 :func:`normal_scale_row_constants`, :func:`student_t_scale_row_constants`; so have a negative
 binomial with a sampled dispersion (``η − log α`` and ``log α``) and a Gamma with a sampled
 shape (``η`` and ``log α``). A Student-t with a sampled ν has three, ``μ``, ``log σ`` and
-``log ν`` (:func:`student_t_nu_suprema`, combined by :func:`combine_multi_partials`).
+``log ν`` (:func:`student_t_nu_suprema`, combined by :func:`combine_multi_partials`). A
+one-predictor family whose predictor is quadratic in the parameters (a product of two) gets
+:func:`quadratic_row_constants`.
 
 Two bounds give each row a rate of its own, ``B_i(θ, θ') ≥ |ξ_i|``, in place of ``c_i M``
 (:mod:`~pymc_subsample.bounds.rates` draws their rows): the level bound
@@ -86,6 +88,7 @@ from pymc_subsample.bounds.family import (
 )
 from pymc_subsample.bounds.levels import LevelBound, LevelRates, LevelRows, level_rows
 from pymc_subsample.bounds.normal import normal_scale_row_constants
+from pymc_subsample.bounds.quadratic import quadratic_row_constants
 from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import (
     REGION_TAIL,
@@ -124,6 +127,7 @@ __all__ = [
     "level_rows",
     "location_scale_families",
     "normal_scale_row_constants",
+    "quadratic_row_constants",
     "region_radius",
     "region_row_constants",
     "registered",
