@@ -295,7 +295,7 @@ class GLMPass:
         )
         # a quadratic predictor's derivative tensor is not of rank one along one row
         self.sharp_angles = not quadratic
-        self._curvature_fns: dict[int, Callable] = {}
+        self._curvature_fns: dict[str, Callable] = {}
 
     def _compile_pass(self) -> None:
         """One function of ``(θ, idx, check)``: per observed variable the model's own ``Σ ℓ_i``
@@ -491,7 +491,7 @@ class GLMPass:
                          sd: np.ndarray) -> np.ndarray:
         """``q_i = Σ_jk |∂²η_i/∂θ_j∂θ_k| σ_j σ_k ≥ ‖LᵀQ_iL‖₂`` on the rows ``chunk``, in pieces
         of at most 2²² numbers of the ``(n, d, d)`` curvature (compiled on first use)."""
-        key = self.terms.index(term)
+        key = term.name
         if key not in self._curvature_fns:
             weights = pt.vector("sd", dtype="float64")
             q = (pt.abs(term.curvature) * pt.outer(weights, weights)).sum(axis=(1, 2))
