@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 from pymc.logprob.transforms import LogTransform
 from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace
@@ -134,14 +135,29 @@ def find_non_centred_effects(model: pm.Model) -> list[NonCentredEffect]:
 
 
 def _centred_product(product: Variable, effect: NonCentredEffect, u: Variable) -> Variable:
-    """``u`` or ``u[idx]`` standing for ``product`` (``s * z`` or ``s * z[idx]``)."""
+    """``u`` or ``u[idx]`` standing for ``product`` (``s * z`` or ``s * z[idx]``), with the
+    effect's side's own dimension shuffles (``z[g][:, None]``) and the product's shape."""
     for side in product.owner.inputs:
-        side = _strip_dimshuffle(side)
-        if side.owner is not None and isinstance(side.owner.op, _INDEXING):
-            base, *indices = side.owner.inputs
+        inner = _strip_dimshuffle(side)
+        if inner.owner is not None and isinstance(inner.owner.op, _INDEXING):
+            base, *indices = inner.owner.inputs
             if _strip_dimshuffle(base) is effect.effect:
-                return side.owner.op(u, *indices)
+                return _like(product, side, inner, inner.owner.op(u, *indices))
+        elif inner is effect.effect:
+            return _like(product, side, inner, u)
     return u
+
+
+def _like(product: Variable, side: Variable, inner: Variable, new: Variable) -> Variable:
+    """``new`` in place of ``inner`` under the dimension shuffles between ``side`` and
+    ``inner``, padded on the left to the product's dimensions (the scale's broadcast)."""
+    shuffles = []
+    while side is not inner:
+        shuffles.append(side.owner.op)
+        side = side.owner.inputs[0]
+    for op in reversed(shuffles):
+        new = op(new)
+    return pt.shape_padleft(new, product.type.ndim - new.type.ndim)
 
 
 def _replace(outputs: list[Variable], products: dict, rest: dict) -> list[Variable]:

@@ -157,8 +157,10 @@ class TaylorControlVariate:
         The model's GLM structure (:func:`pymc_subsample.glm.detect_glm_terms`). The per-row
         Taylor terms are then ``f'(η̂_i)(η'_i − η_i) [+ ½ f''(η̂_i)((η'_i − η̂_i)² − (η_i −
         η̂_i)²)]``, the same polynomials as the generic directional derivatives but a much
-        smaller graph (faster to compile and to evaluate); with two predictors per row
-        (:func:`pymc_subsample.glm.detect_location_scale_terms`) the same in ``(μ_i, λ_i)``.
+        smaller graph (faster to compile and to evaluate); for a quadratic predictor the
+        Taylor terms in ``θ``, with its linear part in place of ``η − η̂`` where ``θ``'s
+        expansion needs it; with several predictors per row
+        (:func:`pymc_subsample.glm.detect_location_scale_terms`) the same in the predictors.
 
     Attributes
     ----------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pytensor.tensor as pt
@@ -336,7 +337,7 @@ class GLMPass:
         self, theta: np.ndarray, idx: np.ndarray, *, check: bool = True
     ) -> tuple[float, list[tuple]]:
         """Per-row pieces on the rows ``idx``: ``(Σ ℓ_i, [pieces per variable])``, the pieces
-        ``(x, f', f'', y, η, κ)`` here (:meth:`_term_pieces`).
+        ``(x, f', f'', y, η, κ, Σ f'∂²η or None)`` here (:meth:`_term_pieces`).
 
         ``check=True`` also evaluates the model's own log-likelihood on these rows and
         compares its sum with the family's (:meth:`_check_family`).
@@ -412,7 +413,7 @@ class GLMPass:
         total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
         # a rate bound's pieces need one observed variable (each row has one rate) of one
         # affine predictor
-        affine = all(getattr(t, "curvature", None) is None for t in self.terms)
+        affine = all(t.curvature is None for t in self.terms)
         levels = levels if len(self.terms) == 1 and order and affine else 0
         consts = None if order is None else self._constants_store(order, levels)
         # the family's f is compared with the model's likelihood on every row once: on the
@@ -457,7 +458,7 @@ class GLMPass:
             for term, piece in zip(self.terms, pieces, strict=True):
                 g, h = self._term_sums(piece)
                 gb, hb = gb + g, hb + h
-                if order is not None and getattr(term, "curvature", None) is not None:
+                if order is not None and term.curvature is not None:
                     cb = cb + self._quadratic_constants(term, order, piece, whiten_rows, theta,
                                                         chunk)
                 elif order is not None:
@@ -597,7 +598,7 @@ def _not_affine(name: str) -> SubsamplingModelError:
 
 def _rows_graph(eta: Variable, theta: Variable) -> Variable:
     """``∂η_i/∂θ`` as an (n, d) graph (:func:`_rows_of_affine`), not checked."""
-    if theta not in ancestors([eta]):  # a fixed σ beside a sampled ν: no rows
+    if theta not in ancestors([eta]):  # a predictor free of θ (a constant): no rows
         return pt.zeros((eta.shape[0], theta.type.shape[0]), dtype="float64")
     direction = theta.type("direction")
     along = Rop(eta, theta, direction, use_op_rop_implementation=False)
@@ -689,7 +690,9 @@ def glm_bound_constants(
 
     ``c_i = L_k(y_i)·‖x_i‖^{k+1}`` (Corollary 2 of Prado et al. 2024), or, given a Laplace
     frame, the whitened ``L_k(y_i)·‖Lᵀx_i‖^{k+1}``, to be used with ``M`` computed from
-    whitened points (``docs/methods/mhss.md``). One chunked pass over the data.
+    whitened points (``docs/methods/mhss.md``). One chunked pass over the data. Affine
+    predictors only: a quadratic one's constants hold on a region and without Lemma 1's
+    angle factors, which :class:`GLMPass` (``region_radius``, ``sharp_angles``) carries.
 
     Raises
     ------
@@ -697,6 +700,9 @@ def glm_bound_constants(
         If a linear predictor is not affine in ``θ``, or the family has no bound.
     """
     glm_pass = GLMPass(lik, terms)
+    for term in glm_pass.terms:
+        if term.curvature is not None:
+            raise _not_affine(term.name)
     whiten = frame.whiten_rows if frame is not None else None
     return glm_pass.full(theta_hat, whiten_rows=whiten, order=order).row_constants
 
@@ -714,7 +720,8 @@ class LocationScaleTerm:
         :mod:`pymc_subsample.bounds` (``normal_scale``, ``student_t_scale``, ...).
     mu, log_sigma : Variable
         The first two predictors on the rows ``idx``, as graphs of ``θ`` (broadcast to the
-        rows).
+        rows): the location and ``log σ`` (``log σ + log ν / 2`` for a Student-t with a
+        sampled ν: :meth:`LocationScaleFamily.log_scale`).
     y : Variable
         Observed values on the rows ``idx``.
     mu_rows, log_sigma_rows : Variable
@@ -735,6 +742,8 @@ class LocationScaleTerm:
     params: tuple[Variable, ...] = ()
     extra: tuple[Variable, ...] = ()
     extra_rows: tuple[Variable, ...] = ()
+    #: every predictor is affine (:attr:`GLMTerm.curvature`)
+    curvature: ClassVar[None] = None
 
     @property
     def predictors(self) -> tuple[Variable, ...]:
@@ -853,7 +862,7 @@ def upper_pairs(n_predictors: int) -> list[tuple[int, int]]:
 
 
 class LocationScalePass(GLMPass):
-    """:class:`GLMPass` for rows with several predictors: a location, ``λ = log σ`` and any
+    """:class:`GLMPass` for rows with several predictors: a location, a log-scale and any
     further ones (a Student-t's ``log ν``).
 
     One compiled function of ``(θ, idx)`` gives, per chunk, each row's predictor rows

@@ -47,13 +47,14 @@ def _model(form: str) -> pm.Model:
                 "deterministic": lambda: pm.Deterministic("a", s * z)[g],
                 "shifted prior": lambda: s * z[g],
                 "gamma scale": lambda: s * z[g],
+                "column s * z[g][:, None]": lambda: (s * z[g][:, None])[:, 0],
             }[form]()
         pm.Bernoulli("y", logit_p=eta + effect, observed=Y)
     return model
 
 
 FORMS = ["s * z[g]", "z[g] * s", "(s * z)[g]", "deterministic", "shifted prior", "gamma scale",
-         "two factors"]
+         "column s * z[g][:, None]", "two factors"]
 
 
 def _ravel(model: pm.Model, point: dict) -> np.ndarray:

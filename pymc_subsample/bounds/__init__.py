@@ -46,7 +46,7 @@ Normal or Student-t with a sampled σ has two predictors, the location and ``log
 (:class:`~pymc_subsample.bounds.family.LocationScaleFamily`):
 :func:`normal_scale_row_constants`, :func:`student_t_scale_row_constants`; so have a negative
 binomial with a sampled dispersion (``η − log α`` and ``log α``) and a Gamma with a sampled
-shape (``η`` and ``log α``). A Student-t with a sampled ν has three, ``μ``, ``log σ`` and
+shape (``η`` and ``log α``). A Student-t with a sampled ν has three, ``μ``, ``log(σ√ν)`` and
 ``log ν`` (:func:`student_t_nu_suprema`, combined by :func:`combine_multi_partials`). A
 one-predictor family whose predictor is quadratic in the parameters (a product of two) gets
 :func:`quadratic_row_constants`.

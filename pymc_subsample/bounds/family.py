@@ -285,13 +285,20 @@ class LocationScaleFamily:
         radius: float,
         *params: np.ndarray,
         cos: np.ndarray | None = None,
+        extra: tuple[tuple[np.ndarray, np.ndarray], ...] = (),
     ) -> np.ndarray:
         """Whitened ``c_i`` valid on ``‖φ‖ ≤ radius``: :func:`combine_partials` of
-        :meth:`suprema`.
+        :meth:`suprema`, or :func:`combine_multi_partials` with further predictors.
 
         ``cos`` is the cosine of the angle between each row's two whitened predictor rows
-        (:func:`combine_partials`); ``None``: no angle factors (any angle).
+        (:func:`combine_partials`); ``None``: no angle factors (any angle). ``extra`` holds
+        ``(s_j, p̂_j)`` of each further predictor (:meth:`suprema`).
         """
+        if extra:
+            sup = self.suprema(order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius,
+                               *params, extra=extra)
+            return combine_multi_partials(order, sup, (s_mu, s_log_sigma,
+                                                       *(s for s, _ in extra)))
         sup = self.suprema(order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, *params)
         return combine_partials(order, sup, s_mu, s_log_sigma, cos)
 

@@ -1,4 +1,4 @@
-r"""Student-t rows with identity mean and fixed ν and σ.
+r"""Student-t rows with identity mean: ν and σ fixed, σ sampled, or ν (and σ) sampled.
 
 With :math:`r = y - \eta` and :math:`s^2 = \nu\sigma^2`,
 :math:`f = -\tfrac{\nu+1}{2}\log(1 + r^2/s^2) + \text{const}`,

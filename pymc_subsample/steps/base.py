@@ -96,7 +96,8 @@ class SubsamplingStep(ArrayStepShared):
         :mod:`pymc_subsample.reference`).
     proposal_cov : array, optional
         Random walk only: the covariance of the step in ``θ``, used as given (scale 1). By
-        default the Laplace covariance scaled by ``κ/√d``.
+        default the Laplace covariance scaled by ``κ/√d``. With non-centred effects
+        (:attr:`centring`) ``θ`` holds ``u = s·z`` in place of ``z``.
     scaling : float, optional
         Initial value of the proposal's parameter: ``κ`` for the random walk (default 1.5,
         Prado et al. 2024, Sec. 4.4), ``ρ`` for pCN (0.5), ``s`` for the independence proposal
