@@ -55,6 +55,8 @@ each predictor, ``B_i = Σ_α w_{i,α} G_α`` with ``w_{i,α} = S_α s_1^{α_0}`
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -103,23 +105,31 @@ def shared_scale_factors(
 def _factors(order: int, pieces: tuple) -> np.ndarray:
     """``G_α`` from ``(P, P', H)`` of each predictor (the first's without ``s_1``), in the
     order of :func:`~pymc_subsample.bounds.family.multi_indices`."""
-    n = len(pieces)
-    column = {alpha: j for j, alpha in enumerate(multi_indices(n, order + 1))}
-    out = np.zeros(len(column))
-
-    def add(indices: tuple[int, ...], value: float) -> None:
-        out[column[tuple(indices.count(j) for j in range(n))]] += value
-
-    for j in range(n):
-        for a in range(n):
-            if order == 1:
-                add((j, a), pieces[j][2] * 0.5 * (pieces[a][0] + pieces[a][1]))
-                continue
-            for b in range(n):
-                (x, xp, _), (y, yp, _) = pieces[a], pieces[b]
-                mixed = (2.0 * x * y + x * yp + xp * y + 2.0 * xp * yp) / 6.0
-                add((j, a, b), 0.5 * pieces[j][2] * mixed)
+    columns, terms = _factor_terms(order, len(pieces))
+    out = np.zeros(columns)
+    for column, j, a, b in terms:
+        if order == 1:
+            out[column] += pieces[j][2] * 0.5 * (pieces[a][0] + pieces[a][1])
+        else:
+            (x, xp, _), (y, yp, _) = pieces[a], pieces[b]
+            mixed = (2.0 * x * y + x * yp + xp * y + 2.0 * xp * yp) / 6.0
+            out[column] += 0.5 * pieces[j][2] * mixed
     return out
+
+
+@functools.cache
+def _factor_terms(order: int, n: int) -> tuple[int, tuple[tuple[int, int, int, int], ...]]:
+    """The number of multi-indices and, for each ``(j, a[, b])`` of the sums, its column (the
+    multi-index counting its predictors): computed once per order and predictor count, as
+    :func:`_factors` runs at every move."""
+    alphas = multi_indices(n, order + 1)
+    column = {alpha: i for i, alpha in enumerate(alphas)}
+    terms = []
+    for indices in itertools.product(range(n), repeat=order + 1):
+        counts = tuple(indices.count(p) for p in range(n))
+        j, a, *rest = indices
+        terms.append((column[counts], j, a, rest[0] if rest else -1))
+    return len(alphas), tuple(terms)
 
 
 @dataclass
