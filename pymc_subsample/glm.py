@@ -62,6 +62,7 @@ __all__ = [
     "LocationScalePass",
     "LocationScaleTerm",
     "PassResult",
+    "QUADRATIC_MAX_DIM",
     "detect_glm_terms",
     "detect_location_scale_terms",
     "family_terms",
@@ -251,6 +252,11 @@ class PassResult:
     grad: np.ndarray
     hess: np.ndarray
     row_constants: np.ndarray | LevelRows | SharedScaleRows | None = None
+
+
+#: Most parameters beside which MHSS reads a quadratic predictor: its constants pass evaluates
+#: each row's ``d × d`` second derivatives (:meth:`GLMPass.check_curvature_size`).
+QUADRATIC_MAX_DIM = 256
 
 
 class GLMPass:
@@ -487,6 +493,20 @@ class GLMPass:
         q = self._curvature_norms(term, theta, chunk, sd)
         return quadratic_row_constants(term.family, order, _row_norms(whiten_rows(x)), q, f1,
                                        y, params, eta_hat, self.region_radius)
+
+    def check_curvature_size(self) -> None:
+        """Refuse, naming the variable, a quadratic predictor among more than
+        :data:`QUADRATIC_MAX_DIM` parameters: its constants need each row's ``d × d`` second
+        derivatives (:meth:`_curvature_norms`), whose cost grows like ``N d²``."""
+        for term in self.terms:
+            if term.curvature is not None and self.lik.dim > QUADRATIC_MAX_DIM:
+                raise _unsupported(
+                    term.name, f"its predictor is a product of two parameters among d = "
+                    f"{self.lik.dim} parameters, and its bound needs each row's d x d second "
+                    f"derivatives (MHSS reads them for d <= {QUADRATIC_MAX_DIM}). Write the "
+                    "product with fewer parameters (a non-centred group effect s * z[g] with a "
+                    "positive scalar s is sampled as u = s * z)"
+                )
 
     def _curvature_norms(self, term: GLMTerm, theta: np.ndarray, chunk: np.ndarray,
                          sd: np.ndarray) -> np.ndarray:

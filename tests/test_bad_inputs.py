@@ -206,6 +206,14 @@ def non_affine():
     return model
 
 
+def product_among_many():
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1)
+        c = pm.Normal("c", 0, 1, shape=300)
+        pm.Bernoulli("y", logit_p=a * c[pm.Data("g", np.arange(N) % 300)], observed=Y_BIN)
+    return model
+
+
 def centred_predictor():
     with pm.Model() as model:
         b = pm.Normal("b", 0, 5, shape=3)
@@ -371,6 +379,8 @@ CASES = [
          MHSS, error(E, r"'resp'.*sigma is a sampled parameter and another observed.*UserBound")),
     Case("MHSS: non-affine predictor", non_affine, MHSS,
          error(E, r"'y'.*not affine in the sampled parameters")),
+    Case("MHSS: a product of two parameters among 301", product_among_many, MHSS,
+         error(E, r"'y'.*product of two parameters among d = 301.*UserBound")),
     Case("MHSS: UserBound too small (probed at construction)", logistic,
          partial(MHSS, bound=pms.UserBound(np.full(400, 1e-12))),
          error(E, r"UserBound is violated: on row \d+ .*exceeds c_i·M")),

@@ -20,7 +20,7 @@ from scipy.special import expit
 import pymc_subsample as pms
 from pymc_subsample.control_variates import loglik_sums
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import GLMPass, detect_glm_terms
+from pymc_subsample.glm import QUADRATIC_MAX_DIM, GLMPass, detect_glm_terms
 from pymc_subsample.likelihood import SubsampledLikelihood
 from tests.family_checks import build, check_posterior
 from tests.pairs import assert_stored_constants, worst_bound_ratio
@@ -168,6 +168,22 @@ def test_a_product_of_three_is_refused():
         pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + b[1] * b[2] * b[3] * X[:, 1],
                      observed=np.zeros(N_ROWS))
         with pytest.raises(SubsamplingModelError, match=r"'y'.*not affine.*nor quadratic"):
+            pms.MHSS()
+
+
+def test_a_product_among_too_many_parameters_is_refused_before_the_fit():
+    """``a * c[g]`` with more groups than ``QUADRATIC_MAX_DIM``: refused, naming the variable,
+    before any pass over the data."""
+    groups = QUADRATIC_MAX_DIM
+    rng = np.random.default_rng(7)
+    g = rng.integers(0, groups, size=2 * groups)
+    with pm.Model():
+        a = pm.Normal("a", 0.0, 1.0)
+        c = pm.Normal("c", 0.0, 1.0, shape=groups)
+        pm.Bernoulli("y", logit_p=a * c[pm.Data("g", g)], observed=rng.integers(0, 2, g.size))
+        with pytest.raises(SubsamplingModelError,
+                           match=rf"'y'.*product of two parameters among d = {groups + 1}.*"
+                                 r"UserBound"):
             pms.MHSS()
 
 

@@ -284,7 +284,9 @@ class MHSS(SubsamplingStep):
         terms = detect_location_scale_terms(self.likelihood)
         if terms:
             return LocationScalePass(self.likelihood, terms)
-        return GLMPass(self.likelihood)
+        data_pass = GLMPass(self.likelihood)
+        data_pass.check_curvature_size()
+        return data_pass
 
     def _bound_order(self) -> int | None:
         return self.cv_order if self.bound is None else None
