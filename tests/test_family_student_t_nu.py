@@ -1,5 +1,5 @@
-"""Student-t rows with a sampled ν (and σ): three predictors, μ, λ = log σ and κ = log ν
-(``pymc_subsample/bounds/student_t.py``, ``student_t_nu_suprema``).
+"""Student-t rows with a sampled ν (and σ): three predictors, μ, s = log σ + log ν / 2 and
+κ = log ν (``pymc_subsample/bounds/student_t.py``, ``student_t_nu_suprema``).
 
 Checked: every partial of order 2 and 3 against 30-digit numerical derivatives of the
 log-density on random boxes, the bounds (Corollary 2's and the shared-scale one) on 10⁴ random
