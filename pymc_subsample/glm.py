@@ -41,8 +41,7 @@ from pymc_subsample.bounds import (
     LevelRows,
     LocationScaleFamily,
     SharedScaleRows,
-    combine_multi_partials,
-    combine_partials,
+    combine_predictor_partials,
     level_rows,
     location_scale_families,
     quadratic_row_constants,
@@ -616,15 +615,21 @@ def _not_affine(name: str) -> SubsamplingModelError:
     )
 
 
+def _over_basis(graph: Variable, direction: Variable) -> Variable:
+    """``graph`` at each unit vector in place of ``direction``, along a new leading axis of
+    length ``d``: a forward-mode derivative batched over the basis."""
+    basis = pt.eye(direction.type.shape[0], dtype="float64")
+    return vectorize_graph(graph, {direction: basis})
+
+
 def _rows_graph(eta: Variable, theta: Variable) -> Variable:
     """``∂η_i/∂θ`` as an (n, d) graph (:func:`_rows_of_affine`), not checked."""
     if theta not in ancestors([eta]):  # a predictor free of θ (a constant): no rows
         return pt.zeros((eta.shape[0], theta.type.shape[0]), dtype="float64")
     direction = theta.type("direction")
     along = Rop(eta, theta, direction, use_op_rop_implementation=False)
-    basis = pt.eye(theta.type.shape[0], dtype="float64")
     return rewrite_graph(
-        vectorize_graph(along, {direction: basis}).T,
+        _over_basis(along, direction).T,
         include=("canonicalize",),
         custom_rewrite=in2out(_product_with_selection),
     )
@@ -636,8 +641,7 @@ def _curvature_graph(eta: Variable, theta: Variable) -> Variable:
     u, v = theta.type("u"), theta.type("v")
     along = Rop(eta, theta, u, use_op_rop_implementation=False)
     twice = Rop(along, theta, v, use_op_rop_implementation=False)
-    basis = pt.eye(theta.type.shape[0], dtype="float64")
-    curvature = vectorize_graph(vectorize_graph(twice, {v: basis}), {u: basis})  # (d, d, n)
+    curvature = _over_basis(_over_basis(twice, v), u)  # (d, d, n)
     return rewrite_graph(curvature.dimshuffle(2, 0, 1), include=("canonicalize",))
 
 
@@ -645,8 +649,7 @@ def _weighted_curvature(eta: Variable, theta: Variable, weights: Variable) -> Va
     """``Σ_i w_i ∂²η_i/∂θ²`` (d, d) with ``w`` held constant: the Hessian of ``Σ w_i η_i``."""
     grad = pt.grad((disconnected_grad(weights) * eta).sum(), theta)
     direction = theta.type("direction")
-    along = Rop(grad, theta, direction, use_op_rop_implementation=False)
-    return vectorize_graph(along, {direction: pt.eye(theta.type.shape[0], dtype="float64")})
+    return _over_basis(Rop(grad, theta, direction, use_op_rop_implementation=False), direction)
 
 
 def _value_ancestors(var: Variable) -> set[Variable]:
@@ -869,7 +872,7 @@ def location_scale_terms(
     f = pt.cast(pt.broadcast_to(f, ps[0].shape), "float64")
     grad = pt.grad(f.sum(), ps, disconnected_inputs="ignore")
     hess = [pt.grad(grad[j].sum(), ps[k], disconnected_inputs="ignore")
-            for j in range(len(ps)) for k in range(j, len(ps))]
+            for j, k in upper_pairs(len(ps))]
     out = graph_replace([f, *grad, *hess],
                         {p: pt.cast(v, "float64") for p, v in zip(ps, predictors, strict=True)},
                         strict=False)
@@ -967,16 +970,11 @@ class LocationScalePass(GLMPass):
         for x in rows[1:]:
             whitened.append(np.broadcast_to(whiten_rows(x[:1]), x.shape) if shared
                             else whiten_rows(x))
-        norms = [_row_norms(x) for x in whitened]
-        extra = tuple(zip(norms[2:], preds[2:], strict=True))
-        sup = term.family.suprema(order, norms[0], norms[1], y, preds[0], preds[1],
-                                  self.region_radius, *params, **({"extra": extra} if extra
-                                                                   else {}))
-        if len(rows) == 2:
-            cos = row_cosines(whitened[0], whitened[1], norms[0], norms[1])
-            plain = combine_partials(order, sup, norms[0], norms[1], cos)
-        else:
-            plain = combine_multi_partials(order, sup, tuple(norms))
+        norms = tuple(_row_norms(x) for x in whitened)
+        sup = term.family.all_suprema(order, norms, y, preds, self.region_radius, params)
+        cos = (row_cosines(whitened[0], whitened[1], norms[0], norms[1]) if len(rows) == 2
+               else None)
+        plain = combine_predictor_partials(order, sup, norms, cos)
         if len(self.terms) != 1:
             return plain
         temperature = self.lik.temperature

@@ -40,6 +40,7 @@ __all__ = [
     "LocationScaleFamily",
     "combine_multi_partials",
     "combine_partials",
+    "combine_predictor_partials",
     "family",
     "location_scale_families",
     "multi_indices",
@@ -294,13 +295,38 @@ class LocationScaleFamily:
         (:func:`combine_partials`); ``None``: no angle factors (any angle). ``extra`` holds
         ``(s_j, p̂_j)`` of each further predictor (:meth:`suprema`).
         """
-        if extra:
-            sup = self.suprema(order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius,
-                               *params, extra=extra)
-            return combine_multi_partials(order, sup, (s_mu, s_log_sigma,
-                                                       *(s for s, _ in extra)))
-        sup = self.suprema(order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, *params)
-        return combine_partials(order, sup, s_mu, s_log_sigma, cos)
+        norms = (s_mu, s_log_sigma, *(s for s, _ in extra))
+        hats = (mu_hat, log_sigma_hat, *(h for _, h in extra))
+        sup = self.all_suprema(order, norms, y, hats, radius, params)
+        return combine_predictor_partials(order, sup, norms, cos)
+
+    def all_suprema(
+        self,
+        order: int,
+        norms: tuple[np.ndarray, ...],
+        y: np.ndarray,
+        hats: tuple[np.ndarray, ...],
+        radius: float,
+        params: tuple[np.ndarray, ...] = (),
+    ) -> dict[tuple[int, ...], np.ndarray]:
+        """:meth:`suprema` with every predictor's whitened row length and value at θ̂ in one
+        tuple each (``extra`` from the third predictor on)."""
+        extra = tuple(zip(norms[2:], hats[2:], strict=True))
+        return self.suprema(order, norms[0], norms[1], y, hats[0], hats[1], radius, *params,
+                            **({"extra": extra} if extra else {}))
+
+
+def combine_predictor_partials(
+    order: int,
+    suprema: dict[tuple[int, ...], np.ndarray],
+    norms: tuple[np.ndarray, ...],
+    cos: np.ndarray | None = None,
+) -> np.ndarray:
+    """A row's constant from its partials' suprema: :func:`combine_partials` (with the angle
+    factors of ``cos``) for two predictors, :func:`combine_multi_partials` for more."""
+    if len(norms) == 2:
+        return combine_partials(order, suprema, norms[0], norms[1], cos)
+    return combine_multi_partials(order, suprema, tuple(norms))
 
 
 def combine_partials(
