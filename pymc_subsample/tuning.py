@@ -56,19 +56,33 @@ class ESJDTuner:
     move of one fixed kernel; the tuning draws are discarded anyway. The cost is counted, not
     timed, so the same seed gives the same choice on any machine.
 
+    A proposal may also set a floor on the acceptance rate, ``min_accept``: candidates accepted
+    less often during tuning are not chosen (if none reaches it, the one accepted most often
+    is). pCN sets one (:attr:`pymc_subsample.proposals.PCNProposal.min_accept`): at small ``ρ``
+    it is close to the independence sampler, which is uniformly ergodic only when the
+    posterior's tails are no heavier than its Laplace approximation's. Where they are heavier
+    (a small data set, a scale with a flat prior) the chain sticks for long stretches in the
+    tails, which the jump distance of a short tuning run does not see, and finite runs come out
+    too narrow; a low acceptance rate is the symptom that tuning does see
+    (``docs/methods/proposals.md``).
+
     Parameters
     ----------
     candidates : sequence of float
         Values of the proposal's parameter to try.
     row_cost : float
         Rows per unit of fixed per-iteration cost.
+    min_accept : float, optional
+        Lowest tuning acceptance rate of a candidate that may be chosen.
     """
 
-    def __init__(self, candidates, row_cost: float = 50.0) -> None:
+    def __init__(self, candidates, row_cost: float = 50.0,
+                 min_accept: float | None = None) -> None:
         self.candidates = np.asarray(candidates, dtype=np.float64)
         if self.candidates.ndim != 1 or self.candidates.size == 0:
             raise ValueError("candidates must be a non-empty sequence")
         self.row_cost = float(row_cost)
+        self.min_accept = min_accept
         self.reset()
 
     def reset(self) -> None:
@@ -76,18 +90,27 @@ class ESJDTuner:
         self.iteration = 0
         self.jumps = np.zeros(self.candidates.size)
         self.costs = np.zeros(self.candidates.size)
+        self.accepts = np.zeros(self.candidates.size)
 
     def current(self) -> float:
         """The candidate to use at this tuning iteration."""
         return float(self.candidates[self.iteration % self.candidates.size])
 
-    def record(self, jump_sq: float, rows: float) -> None:
+    def record(self, jump_sq: float, rows: float, accepted: bool) -> None:
         """Record the iteration just made with :meth:`current` (``jump_sq`` 0 if rejected)."""
         k = self.iteration % self.candidates.size
         if np.isfinite(jump_sq):
             self.jumps[k] += jump_sq
         self.costs[k] += 1.0 + rows / self.row_cost
+        self.accepts[k] += float(accepted)
         self.iteration += 1
+
+    def acceptance(self) -> np.ndarray:
+        """Acceptance rate per candidate (NaN where untried)."""
+        n = self.candidates.size
+        tries = self.iteration // n + (np.arange(n) < self.iteration % n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(tries > 0, self.accepts / tries, np.nan)
 
     def efficiency(self) -> np.ndarray:
         """``Σ jump² / Σ cost`` per candidate (NaN where untried)."""
@@ -98,7 +121,16 @@ class ESJDTuner:
         """The candidate with the best efficiency, or ``default`` if nothing was recorded.
 
         Every candidate must have been tried at least a few times; otherwise ``default``.
+        Candidates below ``min_accept`` are left out (all but the most accepted one if none
+        reaches it).
         """
         if self.iteration < 3 * self.candidates.size:
             return float(default)
-        return float(self.candidates[int(np.nanargmax(self.efficiency()))])
+        efficiency = self.efficiency()
+        if self.min_accept is not None:
+            rate = self.acceptance()
+            eligible = rate >= self.min_accept
+            if not eligible.any():
+                eligible = rate == np.nanmax(rate)
+            efficiency = np.where(eligible, efficiency, np.nan)
+        return float(self.candidates[int(np.nanargmax(efficiency))])

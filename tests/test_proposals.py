@@ -96,12 +96,33 @@ def test_esjd_tuner_picks_the_best_jump_per_cost():
     rows = {0.1: 0.0, 0.5: 0.0, 0.9: 30.0}  # 0.9 jumps furthest but reads 3 overheads of rows
     for _ in range(30):
         value = tuner.current()
-        tuner.record(jumps[value], rows[value])
+        tuner.record(jumps[value], rows[value], accepted=True)
     # efficiencies: 1/1, 3/1, 4/4
     np.testing.assert_allclose(tuner.efficiency(), [1.0, 3.0, 1.0])
     assert tuner.best(default=0.1) == 0.5
     tuner.reset()
-    assert tuner.iteration == 0 and tuner.jumps.sum() == 0
+    assert tuner.iteration == 0 and tuner.jumps.sum() == 0 and tuner.accepts.sum() == 0
+
+
+def test_esjd_tuner_leaves_out_candidates_below_the_acceptance_floor():
+    # pCN-like: rho = 0 jumps furthest per cost but is accepted only 40% of the time
+    tuner = ESJDTuner([0.0, 0.5, 0.9], row_cost=10.0, min_accept=0.7)
+    accept_every = {0.0: (True, False, True, False, False), 0.5: (True,) * 4 + (False,),
+                    0.9: (True,) * 5}
+    jump = {0.0: 10.0, 0.5: 3.0, 0.9: 1.0}
+    for i in range(3 * 25):
+        value = tuner.current()
+        accepted = accept_every[value][(i // 3) % 5]
+        tuner.record(jump[value] if accepted else 0.0, 0.0, accepted)
+    np.testing.assert_allclose(tuner.acceptance(), [0.4, 0.8, 1.0])
+    assert np.nanargmax(tuner.efficiency()) == 0
+    assert tuner.best(default=0.9) == 0.5
+    # no candidate reaches the floor: the most accepted one
+    tuner.min_accept = 1.5
+    assert tuner.best(default=0.0) == 0.9
+    # no floor: jump distance per cost alone
+    tuner.min_accept = None
+    assert tuner.best(default=0.9) == 0.0
 
 
 # ------------------------------------------------------------------ exactness on a known target

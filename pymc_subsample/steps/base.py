@@ -56,6 +56,7 @@ class SubsamplingStepState(StepMethodState):
     tuner_iteration: int
     tuner_jumps: np.ndarray
     tuner_costs: np.ndarray
+    tuner_accepts: np.ndarray
     adapter_iteration: int
     rng_proposal: RandomGeneratorState
     rng_index: RandomGeneratorState
@@ -290,7 +291,8 @@ class SubsamplingStep(ArrayStepShared):
             target = None
         self.target_accept = None if target is None else float(target)
         self._adapter = ScaleAdapter(self.target_accept) if target is not None else None
-        self._tuner = ESJDTuner(self.proposal.candidates, row_cost)
+        self._tuner = ESJDTuner(self.proposal.candidates, row_cost,
+                                 min_accept=self.proposal.min_accept)
         self.tune = bool(tune)
         self._adapt = bool(tune)
         self._cached_theta: np.ndarray | None = None
@@ -390,6 +392,14 @@ class SubsamplingStep(ArrayStepShared):
     @tuner_costs.setter
     def tuner_costs(self, value: np.ndarray) -> None:
         self._tuner.costs = np.array(value, dtype=np.float64)
+
+    @property
+    def tuner_accepts(self) -> np.ndarray:
+        return self._tuner.accepts
+
+    @tuner_accepts.setter
+    def tuner_accepts(self, value: np.ndarray) -> None:
+        self._tuner.accepts = np.array(value, dtype=np.float64)
 
     @property
     def adapter_iteration(self) -> int:
@@ -507,7 +517,8 @@ class SubsamplingStep(ArrayStepShared):
             self._cached_logp0 = logp0_new
         if esjd_tuning:
             jump = phi_new - phi
-            self._tuner.record(float(jump @ jump) if accepted else 0.0, stats["n_data"])
+            self._tuner.record(float(jump @ jump) if accepted else 0.0, stats["n_data"],
+                               accepted)
         elif self.tune and self._adapt:
             self.proposal.parameter = self._adapter.update(self.proposal.parameter, accepted)
         stats["accepted"] = accepted
