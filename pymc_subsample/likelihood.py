@@ -321,9 +321,6 @@ _BLOCK_LOCKS: dict[int, threading.Lock] = {}
 def _run_block(owner, method: str, args: tuple, names: tuple[str, ...], start: int, stop: int,
                *blocks):
     """``owner.method(idx, *args)`` on rows ``start:stop``, their Dask blocks given (a task)."""
-    # blocks received from other workers may sit unaligned in a message buffer: PyTensor's
-    # C code needs aligned arrays (a copy of one block at most)
-    blocks = [np.require(b, requirements=["A", "C"]) for b in blocks]
     token = _GIVEN_ROWS.set({"range": (start, stop), **dict(zip(names, blocks, strict=True))})
     lock = _BLOCK_LOCKS.setdefault(id(owner), threading.Lock())
     try:
@@ -331,6 +328,33 @@ def _run_block(owner, method: str, args: tuple, names: tuple[str, ...], start: i
             return getattr(owner, method)(np.arange(start, stop, dtype=np.int64), *args)
     finally:
         _GIVEN_ROWS.reset(token)
+
+
+def _aligned(value, dtype=None):
+    """``value`` with every array in it aligned and C-contiguous (of ``dtype`` if given).
+
+    Arrays received from a ``dask.distributed`` worker (``compute()`` of rows in one chunk,
+    a block handed to a task, a task's results) are views into the message's buffer, at any
+    byte offset; PyTensor's C code refuses unaligned inputs. Arrays already aligned,
+    contiguous and of the dtype are returned as they are (no copy); tuples and lists are
+    walked.
+
+    Parameters
+    ----------
+    value : ndarray, tuple, list or any
+    dtype : numpy dtype, optional
+        The graph input's dtype, for an array ``value``.
+
+    Returns
+    -------
+    ndarray, tuple, list or any
+        The same structure; anything that is not an array is returned unchanged.
+    """
+    if isinstance(value, np.ndarray):
+        return np.require(value, dtype=dtype, requirements=("C", "A"))
+    if isinstance(value, tuple | list):
+        return type(value)(_aligned(v) for v in value)
+    return value
 
 
 def _active_client():
@@ -351,16 +375,20 @@ class GatheringFunction:
     The rows of :func:`pymc_subsample.Data` containers are not indexed inside the PyTensor
     graph (a Zarr or Dask array cannot be held there, a memory-mapped one should not be read
     through it): the graph takes them as extra inputs, gathered here by
-    :meth:`~pymc_subsample.sources.RowSource.take` on every call.
+    :meth:`~pymc_subsample.sources.RowSource.take` on every call (or handed to a cluster
+    task by :func:`_run_block`) and passed on aligned, C-contiguous and of the graph
+    input's dtype, whatever the source returned (:func:`_aligned`).
     """
 
     def __init__(
-        self, fn, idx_position: int, sources: Sequence[RowSource], names: Sequence[str]
+        self, fn, idx_position: int, sources: Sequence[RowSource], names: Sequence[str],
+        dtypes: Sequence[str],
     ) -> None:
         self.fn = fn
         self.idx_position = idx_position
         self.sources = tuple(sources)
         self.names = tuple(names)
+        self.dtypes = tuple(np.dtype(d) for d in dtypes)
 
     def __call__(self, *args):
         idx = args[self.idx_position]
@@ -370,8 +398,9 @@ class GatheringFunction:
             if not (len(idx) == stop - start and idx[0] == start and idx[-1] == stop - 1):
                 given = None
         rows = (
-            given[name] if given is not None and name in given else source.take(idx)
-            for name, source in zip(self.names, self.sources, strict=True)
+            _aligned(given[name] if given is not None and name in given else source.take(idx),
+                     dtype)
+            for name, source, dtype in zip(self.names, self.sources, self.dtypes, strict=True)
         )
         return self.fn(*args, *rows)
 
@@ -544,7 +573,8 @@ class SubsampledLikelihood:
         )
         if gathered:
             fn = GatheringFunction(fn, inputs.index(self.idx), [s for _, s in gathered],
-                                   [rows.name for rows, _ in gathered])
+                                   [rows.name for rows, _ in gathered],
+                                   [rows.type.dtype for rows, _ in gathered])
         fn.trust_input = self._trust_input
         return fn
 
@@ -648,7 +678,9 @@ class SubsampledLikelihood:
             for k, start in enumerate(range(0, self.n_rows, chunk))
         ]
         self.cluster_blocks += len(tasks)
-        return zip(self.row_chunks(chunk), client.gather(client.compute(tasks)), strict=True)
+        # the results (sums, row constants) arrive as views into the workers' messages
+        results = (_aligned(r) for r in client.gather(client.compute(tasks)))
+        return zip(self.row_chunks(chunk), results, strict=True)
 
     def row_chunks(self, chunk_rows: int = SETUP_CHUNK_ROWS):
         """Yield consecutive int64 index arrays covering all N rows."""

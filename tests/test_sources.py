@@ -15,7 +15,7 @@ from pytensor.graph.traversal import ancestors
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model, write_glm_npy
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.sources import as_row_source, row_source_of
+from pymc_subsample.sources import ArraySource, as_row_source, row_source_of
 
 N, D = 6000, 4
 SAMPLE = {"progressbar": False, "compute_convergence_checks": False}
@@ -120,6 +120,39 @@ def test_in_memory_data_are_not_copied_and_run_under_nuts(files):
     point = model.initial_point()
     point["b"] = np.full(D, 0.1)
     assert model.compile_logp()(point) == pytest.approx(plain.compile_logp()(point), rel=1e-12)
+
+
+def _unaligned(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` one byte into a buffer: unaligned, as rows from a worker's message."""
+    out = np.frombuffer(bytearray(a.nbytes + 1), dtype=a.dtype, count=a.size, offset=1)
+    out = out.reshape(a.shape)
+    out[...] = a
+    return out
+
+
+class _UnalignedSource(ArraySource):
+    """Rows read as unaligned arrays (what ``compute()`` with a distributed client returns)."""
+
+    def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
+        return _unaligned(super()._take_sorted(rows))
+
+    def _slice(self, start: int, stop: int) -> np.ndarray:
+        return _unaligned(super()._slice(start, stop))
+
+
+@pytest.mark.parametrize("step", ["MHSS", "AusterityMH", "BarkerMinibatch"])
+def test_unaligned_rows_reach_compiled_functions_aligned(step, files):
+    """Issue 28: PyTensor's C code refused unaligned rows; every step gives the same draws."""
+    X, y = np.load(files["X.npy"]), np.load(files["y.npy"])
+    # one row or a run of rows is read as a slice and handed over as it came
+    assert not _UnalignedSource(y).take(np.array([3])).flags.aligned
+    draws = []
+    for source in (ArraySource, _UnalignedSource):
+        with glm_model(source(X), source(y), "logistic", tall=True):
+            idata = pm.sample(30, tune=30, chains=1, step=getattr(pms, step)(), random_seed=5,
+                              **SAMPLE)
+        draws.append(idata.posterior["b"].values)
+    np.testing.assert_array_equal(draws[1], draws[0])
 
 
 def test_memmap_pickles_as_its_path(files):

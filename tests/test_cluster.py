@@ -1,0 +1,84 @@
+"""Sampling with a ``dask.distributed`` client active: the same draws as in memory.
+
+With a client active, ``dask.compute`` of a few rows that sit in one chunk returns a view
+into the message received from a worker, at any byte offset; PyTensor's C code refuses such
+unaligned arrays (issue 28). Every step must read rows from Dask and Zarr sources with a
+cluster running and give exactly the draws of the in-memory run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_subsample as pms
+from pymc_subsample.datasets import glm_data, glm_model
+
+distributed = pytest.importorskip("distributed")
+da = pytest.importorskip("dask.array")
+zarr = pytest.importorskip("zarr")
+
+N, D = 20_000, 3
+#: X in two chunks, y in one: reads within one chunk come back as views into a worker's
+#: message (the unaligned case), reads across chunks are concatenated on the client
+CHUNK = 10_000
+#: each step and its draws (= tuning steps): every Austerity and Barker iteration reads a
+#: batch, one ``compute()`` per source on the cluster (tens of ms each); control variates
+#: decide most moves on the first batch
+STEPS = {
+    "MHSS": (lambda: pms.MHSS(), 100),
+    "AusterityMH": (lambda: pms.AusterityMH(batch_size=500, cv_order=2), 20),
+    "BarkerMinibatch": (lambda: pms.BarkerMinibatch(batch_size=500, cv_order=2), 20),
+}
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A 2-worker cluster of processes, its client the default for the module's tests."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as active:
+        yield active
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Logistic rows in memory (float X, int64 y) and the same rows in Zarr stores."""
+    X, y = glm_data(N, D, "logistic", seed=2)
+    folder = tmp_path_factory.mktemp("cluster")
+    stores = {}
+    for name, arr in (("X", X), ("y", y)):
+        store = zarr.open_array(folder / f"{name}.zarr", mode="w", shape=arr.shape,
+                                dtype=arr.dtype, chunks=(CHUNK, *arr.shape[1:]))
+        store[:] = arr
+        stores[name] = folder / f"{name}.zarr"
+    return X, y, stores
+
+
+def _arrays(kind: str, data):
+    X, y, stores = data
+    if kind == "numpy":
+        return X, y
+    if kind == "dask":
+        return da.from_array(X, chunks=(CHUNK, D)), da.from_array(y, chunks=N)
+    return (zarr.open_array(stores["X"], mode="r"), zarr.open_array(stores["y"], mode="r"))
+
+
+def _draws(step: str, kind: str, data) -> np.ndarray:
+    X, y = _arrays(kind, data)
+    make, draws = STEPS[step]
+    with glm_model(X, y, "logistic", tall=True):
+        idata = pm.sample(draws, tune=draws, chains=1, cores=1, step=make(), random_seed=11,
+                          progressbar=False, compute_convergence_checks=False)
+    return idata.posterior["b"].values
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_same_draws_with_a_cluster_active(step, client, data):
+    """Dask arrays (read by the cluster) and Zarr stores give the in-memory run's draws."""
+    reference = _draws(step, "numpy", data)
+    assert np.unique(reference[0, :, 1]).size > 5  # the chain moved
+    for kind in ("dask", "zarr"):
+        np.testing.assert_array_equal(_draws(step, kind, data), reference, err_msg=kind)
