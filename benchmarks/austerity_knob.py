@@ -111,7 +111,7 @@ def chain_run(model, map_point, eps, cv_order, batch_size, draws, tune, chains, 
     ref_mean, ref_sd, _ = ref
     with model:
         step = AusterityMH(epsilon=eps, batch_size=batch_size, cv_order=cv_order,
-                           map_point=map_point)
+                           map_point=map_point, proposal="random_walk")
         t0 = time.perf_counter()
         idata = pm.sample(draws, tune=tune, chains=chains, cores=1, step=step,
                           random_seed=seed, **SAMPLE)
@@ -140,7 +140,7 @@ def sweep(args) -> pd.DataFrame:
     for cv_order in (None, 2):
         with model:
             step = AusterityMH(epsilon=0.0, batch_size=args.batch_size, cv_order=cv_order,
-                               map_point=map_point)
+                               map_point=map_point, proposal="random_walk")
         triples, exact = make_triples(step, ref_idata, args.triples, args.kappa, args.seed)
         rows = triple_sweep(step, triples, exact, args.epsilons, args.seed)
         for row in rows:

@@ -209,8 +209,10 @@ def gmm_main(args) -> None:
         label = "BarkerMinibatch" + ("" if var == 0.15 else f" (cov {var:g}·I)") + kind
         with model:
             t_setup = time.perf_counter()
+            # the paper's setting: a fixed random walk, no control variates
             step = BarkerMinibatch(batch_size=args.batch_size, temperature=args.temperature,
-                                   proposal_cov=cov, tune=False)
+                                   proposal="random_walk", proposal_cov=cov, cv_order=None,
+                                   tune=False)
             print(f"{label}: setup {time.perf_counter() - t_setup:.1f} s", flush=True)
         r, s = run_method(label, model, step, args, seeds)
         rows += r
@@ -226,6 +228,7 @@ def gmm_main(args) -> None:
                 step = AusterityMH(epsilon=args.austerity_epsilon,
                                    batch_size=args.austerity_batch_size,
                                    temperature=args.temperature,
+                                   proposal="random_walk", cv_order=None,
                                    proposal_cov=np.diag([args.austerity_proposal_var] * 2),
                                    tune=False)
             label = "AusterityMH" + ("" if args.austerity_proposal_var == 0.15

@@ -47,7 +47,8 @@ def main(argv=None) -> None:
     with gmm_model(x):
         # the paper's fixed random walk, diag(0.15, 0.15), and initial minibatch of 50 rows
         step = BarkerMinibatch(batch_size=50, temperature=TEMPERATURE,
-                               proposal_cov=np.diag([0.15, 0.15]), tune=False)
+                               proposal="random_walk", proposal_cov=np.diag([0.15, 0.15]),
+                               cv_order=None, tune=False)
         idata = pm.sample(3000, tune=0, chains=2, cores=1, step=step, random_seed=1,
                           initvals={"t1": 0.0, "t2": 1.0}, progressbar=False,
                           compute_convergence_checks=False)

@@ -101,7 +101,7 @@ def main():
     rows = [row("NUTS", post, ref)]
 
     sgld = dict(proposal="langevin", langevin_gradient="minibatch", gradient_batch_size=100,
-                scaling=KAPPA, tune=False)
+                cv_order=None, scaling=KAPPA, tune=False)
     step, exact = sample(model, map_point, ref, "SGLD + exact MH (eps=0)", epsilon=0.0,
                          batch_size=N, **sgld)
     rows.append(uncorrected_sgld(step, map_point, ref, 10_000,

@@ -289,8 +289,8 @@ def fit_reference(
             "(e.g. no collinear or all-zero covariate columns), or pass map_point= close to the "
             "mode. In a hierarchical model with few rows per group the joint mode can put a "
             "group-level scale at zero (a funnel), where no Laplace approximation exists: use "
-            "AusterityMH or BarkerMinibatch with proposal='random_walk' and a proposal_cov= "
-            "(they then need no reference point), or NUTS."
+            "AusterityMH or BarkerMinibatch with a proposal_cov= and cv_order=None (a random "
+            "walk without control variates needs no reference point), or NUTS."
         )
     res, frame, mode = result
     if map_point is not None and not np.array_equal(frame.theta_hat, lik.ravel(map_point)):

@@ -38,7 +38,7 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9),
          ("gamma_log_scale", 20_000, 4, 9), ("random_effects", 12_000, 3, 5),
          ("random_effects_noncentred", 12_000, 3, 5), ("student_t_nu", 20_000, 4, 9),
-         ("logistic_product", 20_000, 4, 9)]
+         ("logistic_product", 20_000, 4, 9), ("logistic", 20_000, 4, 9)]
 #: Groups of the random-effects case.
 RE_GROUPS = 40
 SETTINGS = dict(draws=2500, tune=1000, chains=4, random_seed=12)

@@ -17,6 +17,7 @@ from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.proposals import LangevinProposal
 from pymc_subsample.steps.austerity import AusterityMH
+from pymc_subsample.steps.rows_warning import ROWS_WARN_SHARE
 from tests.steps.conftest import N_ROWS, SAMPLE
 
 
@@ -30,9 +31,10 @@ def steps(step_cache):
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(epsilon=0.05, batch_size=200),
-        dict(epsilon=0.05, batch_size=200, cv_order=1),
-        dict(epsilon=0.05, batch_size=200, proposal="langevin", gradient_batch_size=300),
+        dict(epsilon=0.05, batch_size=200, proposal="random_walk", cv_order=None),
+        dict(epsilon=0.05, batch_size=200, proposal="random_walk", cv_order=1),
+        dict(epsilon=0.05, batch_size=200, proposal="langevin", gradient_batch_size=300,
+             cv_order=None),
     ],
     ids=["random_walk", "cv1", "sgld"],
 )
@@ -73,7 +75,8 @@ def test_epsilon_zero_reads_every_row(logistic, steps):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(), dict(proposal="langevin", gradient_batch_size=300)],
+    [dict(proposal="random_walk", cv_order=None),
+     dict(proposal="langevin", gradient_batch_size=300, cv_order=None)],
     ids=["random_walk", "sgld"],
 )
 def test_random_seed_reproducible_and_cores_agree(logistic, steps, kwargs):
@@ -95,11 +98,34 @@ def test_random_seed_reproducible_and_cores_agree(logistic, steps, kwargs):
     assert not np.array_equal(a.posterior["b"][0], a.posterior["b"][1])
 
 
+def test_a_chain_reading_many_rows_warns_naming_epsilon(logistic, steps):
+    """The random walk without control variates reads a large share of the rows: once 500
+    draws after tuning average more than 10 % of N, the chain warns once, naming ε."""
+    model, _ = logistic
+    step = steps(epsilon=0.05, batch_size=200, proposal="random_walk", cv_order=None)
+    with model, pytest.warns(UserWarning, match=r"AusterityMH read \d+ of the N = 3000 rows "
+                             r"per iteration.*first 500 draws after tuning.*cv_order=2.*"
+                             r"larger epsilon \(now 0.05\)") as record:
+        idata = pm.sample(600, tune=50, chains=1, step=step, random_seed=1, **SAMPLE)
+    assert float(idata.sample_stats["n_data"].mean()) > ROWS_WARN_SHARE * N_ROWS
+    assert sum("rows per iteration" in str(w.message) for w in record) == 1  # once a chain
+
+
+def test_defaults_read_few_rows_and_do_not_warn(logistic, steps, recwarn):
+    model, _ = logistic
+    step = steps()
+    assert (step.proposal_kind, step.cv_order, step.batch_size) == ("pcn", 2, 100)
+    with model:
+        idata = pm.sample(600, tune=300, chains=1, step=step, random_seed=1, **SAMPLE)
+    assert float(idata.sample_stats["n_data"].mean()) < ROWS_WARN_SHARE * N_ROWS
+    assert not any("rows per iteration" in str(w.message) for w in recwarn)
+
+
 def test_tuning_starts_from_requested_scaling_in_every_chain(logistic):
     model, map_point = logistic
     with model:
         step = AusterityMH(epsilon=0.05, batch_size=500, cv_order=2, map_point=map_point,
-                           scaling=8.0)
+                           proposal="random_walk", scaling=8.0)
         idata = pm.sample(50, tune=200, chains=2, step=step, random_seed=5,
                           discard_tuned_samples=False, **SAMPLE)
     kappa = idata.warmup_sample_stats["scaling"].values
@@ -122,7 +148,7 @@ def triples(steps):
     i.e. Σ l_i against N·μ0) and the row counts and decisions of the sequential test for each
     ε, with and without control variates.
     """
-    step = steps(epsilon=0.0, batch_size=TRIPLE_BATCH)
+    step = steps(epsilon=0.0, batch_size=TRIPLE_BATCH, cv_order=None)
     lik = step.likelihood
     rng = np.random.default_rng(11)
     chol = np.linalg.cholesky(step.frame.cov)
@@ -185,7 +211,7 @@ def test_control_variates_cut_rows(triples):
 def test_exact_decision_uses_the_prior_ratio(triples, steps):
     """Dropping log_rest would change decisions: the prior term really enters μ0."""
     out, exact, _ = triples
-    step = steps(epsilon=0.0, batch_size=TRIPLE_BATCH)
+    step = steps(epsilon=0.0, batch_size=TRIPLE_BATCH, cv_order=None)
     shifted = [(t, tn, lu, lr + 5.0) for t, tn, lu, lr in out[:60]]
     rng = np.random.default_rng(0)
     acc = np.array([step.sequential_test(*t, rng=rng).accepted for t in shifted])
@@ -352,7 +378,7 @@ def test_knob_errors_before_any_model_setup(kwargs, error, match):
          r"gradient_batch_size must be in \[1, N\] = \[1, 3000\]"),
         (dict(cv_order=3), "cv_order must be 1 or 2"),
         (dict(temperature=0.0), "temperature must be a positive"),
-        (dict(scaling=-1.0), "scaling must be a positive"),
+        (dict(scaling=-1.0, proposal="random_walk"), "scaling must be a positive"),
         (dict(proposal_cov=np.eye(2)), "proposal_cov has shape"),
     ],
 )

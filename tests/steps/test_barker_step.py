@@ -31,7 +31,8 @@ def steps(step_cache):
 # ---------------------------------------------------------------------- stats through pm.sample
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(batch_size=100, cv_order=2), dict(batch_size=50, temperature=8.0)],
+    [dict(batch_size=100, cv_order=2, proposal="random_walk"),
+     dict(batch_size=50, temperature=8.0, proposal="random_walk", cv_order=None)],
     ids=["cv2", "no_cv_hot"],
 )
 def test_stats_contract(logistic, steps, kwargs):
@@ -53,7 +54,7 @@ def test_stats_contract(logistic, steps, kwargs):
     assert np.all(s2[full] == 0) and np.all(error[full] == 0)
     # Corollary 1 estimate: never below 8.4/√b for a partial read
     assert np.all(error[~full] >= 8.4 / np.sqrt(n_data[~full]) * (1 - 1e-12))
-    if "cv_order" in kwargs:
+    if kwargs["cv_order"] is not None:
         assert np.all(n_data == m)  # remainders: the first minibatch is always enough
         assert float(s2.max()) < 0.05
     else:
@@ -63,7 +64,7 @@ def test_stats_contract(logistic, steps, kwargs):
 
 def test_random_seed_reproducible_and_cores_agree(logistic, steps):
     model, _ = logistic
-    step = steps(batch_size=50, temperature=8.0)
+    step = steps(batch_size=50, temperature=8.0, proposal="random_walk", cv_order=None)
     kw = dict(tune=50, chains=2, step=step, **SAMPLE)
     with model:
         a = pm.sample(100, cores=1, random_seed=3, **kw)
@@ -79,10 +80,35 @@ def test_random_seed_reproducible_and_cores_agree(logistic, steps):
     assert not np.array_equal(a.posterior["b"][0], a.posterior["b"][1])
 
 
+def test_a_chain_reading_many_rows_warns_naming_batch_size(logistic, steps):
+    model, _ = logistic
+    step = steps(batch_size=400)  # 13 % of N: every test reads at least that
+    with model, pytest.warns(UserWarning, match=r"BarkerMinibatch read \d+ of the N = 3000 "
+                             r"rows per iteration.*smaller batch_size \(now 400\)"):
+        pm.sample(520, tune=50, chains=1, step=step, random_seed=1, **SAMPLE)
+
+
+def test_defaults_tune_pcn_by_jump_distance_with_a_barker_acceptance_floor(logistic, steps,
+                                                                           recwarn):
+    """pCN's floor 0.7 is a Metropolis rate Barker never reaches; in Barker's terms it is
+    0.7/1.7, and tuning then picks a ρ well below the most-accepted 0.93–0.97."""
+    model, _ = logistic
+    step = steps()
+    assert (step.proposal_kind, step.cv_order, step.batch_size) == ("pcn", 2, 100)
+    assert step._tuner.min_accept == pytest.approx(0.7 / 1.7)
+    with model:
+        idata = pm.sample(600, tune=700, chains=1, step=step, random_seed=2, **SAMPLE)
+    assert step.proposal.parameter <= 0.7
+    assert 0.35 < float(idata.sample_stats["accepted"].mean()) < 0.6
+    assert np.all(idata.sample_stats["n_data"].values == 100)
+    assert not any("rows per iteration" in str(w.message) for w in recwarn)
+
+
 def test_tuning_moves_scale_toward_target_then_freezes(logistic):
     model, map_point = logistic
     with model:
-        step = BarkerMinibatch(batch_size=100, cv_order=2, map_point=map_point, scaling=8.0)
+        step = BarkerMinibatch(batch_size=100, cv_order=2, map_point=map_point, scaling=8.0,
+                               proposal="random_walk")
         idata = pm.sample(400, tune=400, chains=2, step=step, random_seed=5,
                           discard_tuned_samples=False, **SAMPLE)
     kappa = idata.warmup_sample_stats["scaling"].values
@@ -112,10 +138,12 @@ def wiring():
     with model:
         map_point = pm.find_MAP(progressbar=False)
         built = {
-            "none": BarkerMinibatch(batch_size=100, temperature=K_WIRING, proposal_cov=cov),
+            "none": BarkerMinibatch(batch_size=100, temperature=K_WIRING, proposal_cov=cov,
+                                    cv_order=None),
             "cv2": BarkerMinibatch(batch_size=100, temperature=K_WIRING, cv_order=2,
                                    map_point=map_point),
-            "full": BarkerMinibatch(batch_size=2000, temperature=K_WIRING, proposal_cov=cov),
+            "full": BarkerMinibatch(batch_size=2000, temperature=K_WIRING, proposal_cov=cov,
+                                    cv_order=None),
         }
     # Δ from PyMC's own densities, independently of the subsampled likelihood layer
     prior = model.compile_logp(vars=model.free_RVs)
@@ -165,7 +193,7 @@ def test_delta_bound_forces_larger_batches(wiring):
     theta, theta_new = _pair("one_batch")
     with built["none"].likelihood.model:
         step = BarkerMinibatch(batch_size=100, temperature=K_WIRING, delta=0.3,
-                               proposal_cov=np.eye(3) * 0.01)
+                               proposal_cov=np.eye(3) * 0.01, cv_order=None)
     rng = np.random.default_rng(9)
     results = [step.barker_test(theta, theta_new, exact(theta, theta_new)[1], rng=rng)
                for _ in range(30)]
@@ -222,7 +250,7 @@ def test_bad_knobs(kwargs, exc, match):
 
 def test_batch_size_equal_to_n_is_allowed():
     with glm_model(X_SMALL, Y_SMALL, "logistic"):
-        step = BarkerMinibatch(batch_size=60, proposal_cov=np.eye(2) * 0.01)
+        step = BarkerMinibatch(batch_size=60, proposal_cov=np.eye(2) * 0.01, cv_order=None)
     assert step.batch_size == step.n_rows == 60
 
 
