@@ -68,19 +68,23 @@ def methods(n, part):
     out = [
         ("NUTS (numpyro)", "nuts", *((200, 200) if big else (500, 500))),
         ("MHSS()", lambda: pms.MHSS(), *std),
-        ("Austerity old: rw, no CV, m=500", lambda: pms.AusterityMH(), *few),
-        ("Barker old: rw, no CV, m=100", lambda: pms.BarkerMinibatch(), *few),
+        ("Austerity old: rw, no CV, m=500", lambda: pms.AusterityMH(
+            proposal="random_walk", cv_order=None, batch_size=500), *few),
+        ("Barker old: rw, no CV, m=100", lambda: pms.BarkerMinibatch(
+            proposal="random_walk", cv_order=None), *few),
+        ("AusterityMH()", lambda: pms.AusterityMH(), *std),
+        ("BarkerMinibatch()", lambda: pms.BarkerMinibatch(), *std),
     ]
     for m in (100, 500):
         out.append((f"Austerity pcn cv2 m={m}", lambda m=m: pms.AusterityMH(
             proposal="pcn", cv_order=2, batch_size=m), *std))
     out.append(("Austerity indep cv2 m=500", lambda: pms.AusterityMH(
         proposal="independence", cv_order=2), *std))
-    out.append(("Barker pcn cv2 m=100 (floor 0.7)", lambda: pms.BarkerMinibatch(
-        proposal="pcn", cv_order=2), *std))
+    out.append(("Barker pcn cv2 m=100, floor 0.7", lambda: _old_floor(pms.BarkerMinibatch(
+        proposal="pcn", cv_order=2)), *std))
     for m in (50, 100, 500):
-        out.append((f"Barker pcn cv2 m={m} (floor .41)", lambda m=m: _floor(
-            pms.BarkerMinibatch(proposal="pcn", cv_order=2, batch_size=m)), *std))
+        out.append((f"Barker pcn cv2 m={m}", lambda m=m: pms.BarkerMinibatch(
+            proposal="pcn", cv_order=2, batch_size=m), *std))
     for m in (100, 500):
         out.append((f"Barker indep cv2 m={m}", lambda m=m: pms.BarkerMinibatch(
             proposal="independence", cv_order=2, batch_size=m), *std))
@@ -91,8 +95,8 @@ def methods(n, part):
             out.append((f"Austerity pcn cv2 m=100 eps={eps}", lambda e=eps: pms.AusterityMH(
                 proposal="pcn", cv_order=2, batch_size=100, epsilon=e), *std))
         for m in (10, 30, 100, 300, 1000):
-            out.append((f"Barker pcn cv2 m={m} (floor .41)", lambda m=m: _floor(
-                pms.BarkerMinibatch(proposal="pcn", cv_order=2, batch_size=m)), *std))
+            out.append((f"Barker pcn cv2 m={m}", lambda m=m: pms.BarkerMinibatch(
+                proposal="pcn", cv_order=2, batch_size=m), *std))
         for m in (10, 100):
             out.append((f"Barker indep cv2 m={m}", lambda m=m: pms.BarkerMinibatch(
                 proposal="independence", cv_order=2, batch_size=m), *std))
@@ -106,12 +110,11 @@ def _worst_ratio(ratio):
     return float(ratio[np.argmax(np.abs(ratio - 1))])
 
 
-def _floor(step):
-    """Barker's acceptance is at most ~1/2: pCN's floor 0.7 (a Metropolis rate) rules every ρ
-    out and tuning falls back to the most accepted, the largest ρ. 0.7/(1 + 0.7) ≈ 0.41 is
-    Barker's acceptance of a move Metropolis accepts with probability 0.7."""
-    if step._tuner.min_accept is not None:
-        step._tuner.min_accept = step._tuner.min_accept / (1 + step._tuner.min_accept)
+def _old_floor(step):
+    """pCN's Metropolis floor 0.7, as BarkerMinibatch tuned with it before issue 30: Barker's
+    acceptance is at most about 1/2, so no ρ reached it and tuning fell back to the most
+    accepted, the largest ρ."""
+    step._tuner.min_accept = 0.7
     return step
 
 
@@ -120,7 +123,8 @@ def main(argv=None) -> pd.DataFrame:
     parser.add_argument("--rows", type=float, nargs="+", default=[1e5, 1e6])
     parser.add_argument("--part", choices=("defaults", "curve", "all"), default="defaults")
     parser.add_argument("--ref-draws", type=int, default=20_000)
-    parser.add_argument("--only", default=None, help="run only methods whose name contains this")
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="run only NUTS and the methods whose name contains one of these")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--csv", default=None, help="also write the table to this file")
     args = parser.parse_args(argv)
@@ -137,7 +141,7 @@ def main(argv=None) -> pd.DataFrame:
         ref_sd = _sd(ref, names)
         nuts = None
         for name, make, tune, draws in methods(n, args.part):
-            if args.only and args.only not in name and make != "nuts":
+            if args.only and not any(o in name for o in args.only) and make != "nuts":
                 continue
             if make == "nuts":
                 setup, seconds, idata = _run_numpyro_nuts(model, draws, tune, 1, args.seed, {})

@@ -126,7 +126,8 @@ def test_terms_match_model_elementwise_logp(model):
 )
 def test_approximate_steps_sample(model, step, laplace):
     dim = sum(np.size(v) for v in model.initial_point().values())
-    kwargs = {} if laplace else {"proposal_cov": 0.01 * np.eye(dim)}
+    # without a Laplace approximation: a given random walk and no control variates
+    kwargs = {} if laplace else {"proposal_cov": 0.01 * np.eye(dim), "cv_order": None}
     with model:
         if step == "austerity":
             kernel = pms.AusterityMH(epsilon=0, batch_size=50, **kwargs)

@@ -25,7 +25,7 @@ def test_logistic_cv2_temperature_one_matches_nuts():
     X, y = glm_data(n_rows, 3, "logistic", seed=21)
     with glm_model(X, y, "logistic"):
         ref = pm.sample(1500, tune=1000, chains=2, random_seed=22, **SAMPLE)
-        step = BarkerMinibatch(batch_size=batch, cv_order=2)
+        step = BarkerMinibatch(batch_size=batch, cv_order=2, proposal="random_walk")
         idata = pm.sample(5000, tune=1000, chains=2, step=step, random_seed=23, **SAMPLE)
     assert_matches(idata, *summary(ref))
     stats = idata.sample_stats
@@ -67,7 +67,7 @@ def test_gaussian_mixture_high_temperature_matches_grid():
     assert 0.2 < p_second_mode < 0.8  # the target really is bimodal
     with gmm_model(x):
         step = BarkerMinibatch(batch_size=50, temperature=temperature,
-                               proposal_cov=np.diag([0.15, 0.15]), tune=False)
+                               proposal_cov=np.diag([0.15, 0.15]), cv_order=None, tune=False)
         idata = pm.sample(5000, tune=300, chains=2, step=step, random_seed=31,
                           initvals={"t1": 0.0, "t2": 1.0}, **SAMPLE)
     for name, (mean, sd) in reference.items():
