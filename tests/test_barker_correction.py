@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 from scipy.special import expit, ndtr
 
-from pymc_subsample import barker_correction as bc
-from pymc_subsample.barker_correction import (
+from pymc_subsample.kernels import barker_correction as bc
+from pymc_subsample.kernels.barker_correction import (
     SIGMA_MAX,
     CorrectionDistribution,
     compute_correction,

@@ -55,6 +55,8 @@ def resolve(dotted: str):
             obj = importlib.import_module(".".join(parts[:cut]))
         except ModuleNotFoundError:
             continue
+        # this checkout's module, not one an editable install of another checkout supplies
+        assert Path(obj.__file__).resolve().is_relative_to(ROOT), obj.__file__
         for attr in parts[cut:]:
             obj = getattr(obj, attr)
         return obj

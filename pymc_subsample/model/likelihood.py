@@ -73,7 +73,7 @@ from pymc_subsample.bounds.bernoulli import (
     probit_row_logp,
 )
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.sources import BLOCK_ROWS, DaskSource, RowSource, row_source_of
+from pymc_subsample.model.data import BLOCK_ROWS, DaskSource, RowSource, row_source_of
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]
 
@@ -351,7 +351,7 @@ class GatheringFunction:
     The rows of :func:`pymc_subsample.Data` containers are not indexed inside the PyTensor
     graph (a Zarr or Dask array cannot be held there, a memory-mapped one should not be read
     through it): the graph takes them as extra inputs, gathered here by
-    :meth:`~pymc_subsample.sources.RowSource.take` on every call.
+    :meth:`~pymc_subsample.model.data.RowSource.take` on every call.
     """
 
     def __init__(

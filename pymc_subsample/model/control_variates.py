@@ -23,14 +23,14 @@ import pytensor.tensor as pt
 from pytensor.gradient import Rop, grad, jacobian
 from pytensor.graph.replace import graph_replace
 
-from pymc_subsample.glm import (
+from pymc_subsample.model.glm import (
     LocationScaleTerm,
     PassResult,
     family_terms,
     location_scale_terms,
     upper_pairs,
 )
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 __all__ = [
     "GenericPass",
@@ -76,7 +76,7 @@ class GenericPass:
     """Passes over the data for any model: ``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` at ``θ``.
 
     GLMs have a faster pass that also yields the MHSS constants,
-    :class:`pymc_subsample.glm.GLMPass`, with the same :meth:`full` interface.
+    :class:`pymc_subsample.model.glm.GLMPass`, with the same :meth:`full` interface.
 
     Parameters
     ----------
@@ -154,13 +154,13 @@ class TaylorControlVariate:
         ``(Σ ℓ_i(θ̂), Σ ∇ℓ_i(θ̂), Σ ∇²ℓ_i(θ̂))`` when already computed (by the reference fit's
         last pass); computed in one pass otherwise.
     glm_terms : list of GLMTerm or of LocationScaleTerm, optional
-        The model's GLM structure (:func:`pymc_subsample.glm.detect_glm_terms`). The per-row
+        The model's GLM structure (:func:`pymc_subsample.model.glm.detect_glm_terms`). The per-row
         Taylor terms are then ``f'(η̂_i)(η'_i − η_i) [+ ½ f''(η̂_i)((η'_i − η̂_i)² − (η_i −
         η̂_i)²)]``, the same polynomials as the generic directional derivatives but a much
         smaller graph (faster to compile and to evaluate); for a quadratic predictor the
         Taylor terms in ``θ``, with its linear part in place of ``η − η̂`` where ``θ``'s
         expansion needs it; with several predictors per row
-        (:func:`pymc_subsample.glm.detect_location_scale_terms`) the same in the predictors.
+        (:func:`pymc_subsample.model.glm.detect_location_scale_terms`) the same in the predictors.
 
     Attributes
     ----------
@@ -225,7 +225,7 @@ class TaylorControlVariate:
         """``ξ_i`` for GLM rows: ``f(η'_i) − f(η_i)`` minus the Taylor terms in ``θ``, written in
         ``η`` (and, for a quadratic predictor, its linear part).
 
-        ``f`` is the family's closed form (:func:`pymc_subsample.glm.family_terms`), which the
+        ``f`` is the family's closed form (:func:`pymc_subsample.model.glm.family_terms`), which the
         data pass checked against the model's own log-likelihood on all rows.
         """
         lik = self.likelihood
@@ -253,7 +253,7 @@ class TaylorControlVariate:
     def _location_scale_remainder_graph(self, terms):
         """``ξ_i`` for rows with several affine predictors ``p = (μ, λ, ...)``: ``f(p'_i) −
         f(p_i)`` minus the Taylor terms in ``p`` at ``p̂_i``, which equal those in ``θ`` because
-        ``p`` is affine (:func:`pymc_subsample.glm.location_scale_terms`, checked against the
+        ``p`` is affine (:func:`pymc_subsample.model.glm.location_scale_terms`, checked against the
         model's likelihood by the data pass)."""
         lik = self.likelihood
         theta_hat = pt.constant(self.theta_hat, name="theta_hat")

@@ -27,8 +27,8 @@ Cholesky factorisation (about 10 s on two cores at ``n_g = 4000``, dominated by 
 The shipped table. ``σ = 1`` is loaded from ``pymc_subsample/data/barker_correction_sigma1.npz``,
 the output of ``compute_correction(1.0, 4000, 10.0, 20.0)``. Regenerate it with::
 
-    python -m pymc_subsample.barker_correction            # rewrites the shipped file
-    python -m pymc_subsample.barker_correction --output other.npz
+    python -m pymc_subsample.kernels.barker_correction            # rewrites the shipped file
+    python -m pymc_subsample.kernels.barker_correction --output other.npz
 
 Other σ are computed on first use by :func:`load_correction` and memoised for the process.
 """
@@ -273,7 +273,7 @@ def compute_correction(
 
 
 def _shipped_path() -> Path:
-    return Path(__file__).resolve().parent / "data" / _DATA_FILE
+    return Path(__file__).resolve().parents[1] / "data" / _DATA_FILE
 
 
 def save_correction(correction: CorrectionDistribution, path: str | Path) -> None:
@@ -305,7 +305,7 @@ def read_correction(file) -> CorrectionDistribution:
 
 
 def _load_shipped() -> CorrectionDistribution:
-    resource = importlib.resources.files(__package__ or "pymc_subsample") / "data" / _DATA_FILE
+    resource = importlib.resources.files("pymc_subsample") / "data" / _DATA_FILE
     with resource.open("rb") as fh:
         correction = read_correction(fh)
     if correction.sigma != SHIPPED_SIGMA:
@@ -338,7 +338,8 @@ def load_correction(sigma: float = 1.0) -> CorrectionDistribution:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Recompute the shipped ``σ = 1`` table (``python -m pymc_subsample.barker_correction``)."""
+    """Recompute the shipped ``σ = 1`` table
+    (``python -m pymc_subsample.kernels.barker_correction``)."""
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--output", type=Path, default=_shipped_path(), help="npz file to write")
     args = parser.parse_args(argv)

@@ -51,9 +51,9 @@ from pymc_subsample.bounds import (
     shared_scale_rows,
 )
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.frame import LaplaceFrame
-from pymc_subsample.indexing import round_up_float32
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.kernels.indexing import round_up_float32
+from pymc_subsample.model.frame import LaplaceFrame
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 __all__ = [
     "GLMPass",
@@ -267,8 +267,8 @@ class GLMPass:
     ``η``. NumPy's BLAS then forms ``Σ f'_i x_i``,
     ``Σ f''_i x_i x_iᵀ`` and the whitened norms ``‖Lᵀx_i‖`` of the bound constants
     (``docs/methods/mhss.md``): O(N·d²) in BLAS products, several times faster than the generic
-    Hessian of :func:`pymc_subsample.control_variates.loglik_sums`, and one pass gives both the
-    sums and the constants. Nothing of size N×d is kept.
+    Hessian of :func:`pymc_subsample.model.control_variates.loglik_sums`, and one pass gives
+    both the sums and the constants. Nothing of size N×d is kept.
 
     Parameters
     ----------
@@ -401,13 +401,13 @@ class GLMPass:
         weight : float
             Multiplies every sum (``N/n`` for a subsample of ``n`` rows).
         whiten_rows : callable, optional
-            ``x ↦ Lᵀx`` row-wise (:meth:`pymc_subsample.frame.LaplaceFrame.whiten_rows`): the
+            ``x ↦ Lᵀx`` row-wise (:meth:`pymc_subsample.model.frame.LaplaceFrame.whiten_rows`): the
             constants are then the whitened ``c_i = L_k(y_i)‖Lᵀx_i‖^{k+1}``. Euclidean
             (``‖x_i‖``, Corollary 2 of Prado et al. 2024) when not given.
         order : {1, 2}, optional
             Taylor order of the constants; none are computed when not given.
         levels : int
-            The frame's level coordinates (:attr:`pymc_subsample.frame.LaplaceFrame.n_levels`,
+            The frame's level coordinates (:attr:`pymc_subsample.model.frame.LaplaceFrame.n_levels`,
             with whitened rows): the constants are then the level bound's
             :class:`~pymc_subsample.bounds.LevelRows`, with Corollary 2's beside them, for a
             model with one observed variable of one predictor.
@@ -445,7 +445,7 @@ class GLMPass:
     def _constants_store(self, order: int, levels: int):
         """Where :meth:`full` puts the constants of all N rows: the level bound's
         :class:`~pymc_subsample.bounds.LevelRows` when the frame has levels, else ``c_i`` as
-        float32 rounded up (4 bytes a row, still bounds: :mod:`pymc_subsample.indexing`)."""
+        float32 rounded up (4 bytes a row, still bounds: :mod:`pymc_subsample.kernels.indexing`)."""
         n_rows = self.lik.n_rows
         if levels:
             return LevelRows.empty(n_rows, levels, order)

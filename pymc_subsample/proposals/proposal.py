@@ -1,6 +1,6 @@
 r"""Proposals shared by every step, in the whitened coordinates of the Laplace frame.
 
-All proposals move ``φ = L⁻¹(θ − θ̂)`` (:mod:`pymc_subsample.frame`), in which the Laplace
+All proposals move ``φ = L⁻¹(θ − θ̂)`` (:mod:`pymc_subsample.model.frame`), in which the Laplace
 approximation is ``g = N(μ, I)`` with ``μ`` near 0; the steps map ``φ'`` back to ``θ'``. Each
 returns ``φ'`` and ``log q(φ|φ') − log q(φ'|φ)``, which enters every acceptance test as part of
 its ``log α`` (the Jacobian of the affine map cancels). The maths is in
@@ -24,7 +24,8 @@ one Newton step on from the reference point: ``θ̂`` (``φ = 0``) is a mode onl
 is (``docs/methods/reference.md``).
 
 Each proposal has one tuned parameter, :attr:`parameter` (``κ``, ``ρ`` or ``s``), and the grid
-:attr:`candidates` that :class:`pymc_subsample.tuning.ESJDTuner` chooses from during tuning.
+:attr:`candidates` that :class:`pymc_subsample.proposals.tuning.ESJDTuner` chooses from
+during tuning.
 """
 
 from __future__ import annotations
