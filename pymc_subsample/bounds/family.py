@@ -31,9 +31,9 @@ from typing import ClassVar
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
-from pytensor.tensor.elemwise import Elemwise
 
 from pymc_subsample.bounds.remainder import angle_factor, check_order
+from pymc_subsample.links import scalar_op
 
 __all__ = [
     "Family",
@@ -48,15 +48,6 @@ __all__ = [
     "registered",
     "scalar_op",
 ]
-
-
-def scalar_op(var: Variable):
-    """The scalar op of an elementwise node (``Exp``, ``Mul``, ...), or None for anything else:
-    how the families and the model layer read a graph's shape."""
-    owner = var.owner
-    if owner is not None and isinstance(owner.op, Elemwise):
-        return owner.op.scalar_op
-    return None
 
 
 class Family:
