@@ -14,8 +14,9 @@ from pymc_subsample.bounds import derivative_bound, remainder_scale
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.control_variates import TaylorControlVariate
-from pymc_subsample.model.glm import GLMPass, detect_glm_terms, glm_bound_constants
+from pymc_subsample.model.glm import detect_glm_terms
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.passes import GLMPass, glm_bound_constants
 from tests.pairs import assert_stored_constants
 
 FAMILY_OF = {

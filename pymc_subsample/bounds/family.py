@@ -320,6 +320,21 @@ def combine_predictor_partials(
     return combine_multi_partials(order, suprema, tuple(norms))
 
 
+def row_norms(rows: np.ndarray) -> np.ndarray:
+    """The Euclidean length of each row."""
+    return np.sqrt(np.einsum("ij,ij->i", rows, rows))
+
+
+def row_cosines(first: np.ndarray, second: np.ndarray, s_first: np.ndarray,
+                s_second: np.ndarray) -> np.ndarray:
+    """Cosine of the angle between two whitened predictor rows, row by row (1 where a row is
+    zero: its terms vanish whatever the factor)."""
+    dots = np.einsum("ij,ij->i", first, second)
+    norms = s_first * s_second
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norms > 0.0, dots / norms, 1.0)
+
+
 def combine_partials(
     order: int,
     suprema: dict[tuple[int, int], np.ndarray],

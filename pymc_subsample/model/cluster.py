@@ -19,6 +19,9 @@ from threadpoolctl import threadpool_limits
 
 from pymc_subsample.model.data import BLOCK_ROWS, DaskSource, RowSource
 
+if typing.TYPE_CHECKING:
+    from pymc_subsample.model.passes import DataPass
+
 #: Rows per chunk when a setup pass touches all N rows (bounds peak memory): the row
 #: sources' block size, so that a block of a pass is one read of a source.
 SETUP_CHUNK_ROWS = BLOCK_ROWS
@@ -30,17 +33,18 @@ _GIVEN_ROWS: ContextVar[dict | None] = ContextVar("given_rows", default=None)
 _BLOCK_LOCKS: dict[int, threading.Lock] = {}
 
 
-def _run_block(owner, method: str, args: tuple, names: tuple[str, ...], start: int, stop: int,
+def _run_block(data_pass, args: tuple, names: tuple[str, ...], start: int, stop: int,
                *blocks):
-    """``owner.method(idx, *args)`` on rows ``start:stop``, their Dask blocks given (a task)."""
+    """``data_pass.block(idx, *args)`` on rows ``start:stop``, their Dask blocks given (a
+    task)."""
     # blocks received from other workers may sit unaligned in a message buffer: PyTensor's
     # C code needs aligned arrays (a copy of one block at most)
     blocks = [np.require(b, requirements=["A", "C"]) for b in blocks]
     token = _GIVEN_ROWS.set({"range": (start, stop), **dict(zip(names, blocks, strict=True))})
-    lock = _BLOCK_LOCKS.setdefault(id(owner), threading.Lock())
+    lock = _BLOCK_LOCKS.setdefault(id(data_pass), threading.Lock())
     try:
         with lock, threadpool_limits(limits=1, user_api="blas"):
-            return getattr(owner, method)(np.arange(start, stop, dtype=np.int64), *args)
+            return data_pass.block(np.arange(start, stop, dtype=np.int64), *args)
     finally:
         _GIVEN_ROWS.reset(token)
 
@@ -99,21 +103,21 @@ class GatheringFunction:
 
 
 def map_row_blocks(
-    lik, owner, method: str, *args, chunks: typing.Iterable[np.ndarray] | None = None
+    lik, data_pass: DataPass, *args, chunks: typing.Iterable[np.ndarray] | None = None
 ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
-    """``(idx, owner.method(idx, *args))`` for ``idx`` in :meth:`row_chunks`, in order.
+    """``(idx, data_pass.block(idx, *args))`` for ``idx`` in ``lik.row_chunks()``, in order.
 
     With ``chunks`` (a subsample's index arrays), over those, locally. Without, a
     full-data pass: locally by default (rows of Dask sources are read with Dask's own
     scheduler). When a pms.Data container is a Dask array and a ``dask.distributed``
-    client is active, each block is a task on the cluster instead: ``owner`` (a data pass
-    with its compiled functions) is sent once to each worker and kept there for later
+    client is active, each block is a task on the cluster instead: ``data_pass`` (with its
+    compiled functions) is sent once to each worker and kept there for later
     passes, each task carries only ``args`` (``θ``, small), and the workers read their
-    blocks of the Dask arrays and return only the method's results (sums, a block's row
+    blocks of the Dask arrays and return only the block's results (sums, a block's row
     constants). Within a worker process the calls are serialised (compiled functions are
     not thread-safe), so one thread per worker is what helps.
     """
-    block_fn = getattr(owner, method)
+    block_fn = data_pass.block
     if chunks is not None:
         return ((idx, block_fn(idx, *args)) for idx in chunks)
     dask_rows = [(rows.name, source) for rows, source in lik.gathered.values()
@@ -131,15 +135,15 @@ def map_row_blocks(
         .to_delayed().reshape(-1)
         for _, source in dask_rows
     ]
-    # one copy of the owner per worker for the step's lifetime (unpickling compiles)
-    key = (id(client), id(owner))
+    # one copy of the pass per worker for the step's lifetime (unpickling compiles)
+    key = (id(client), id(data_pass))
     if key not in lik._scattered:
-        [future] = client.scatter([owner], broadcast=True, hash=False)
-        lik._scattered[key] = (owner, future)
+        [future] = client.scatter([data_pass], broadcast=True, hash=False)
+        lik._scattered[key] = (data_pass, future)
     future = lik._scattered[key][1]
     tasks = [
         dask.delayed(_run_block, pure=False)(
-            future, method, args, names, start, min(start + chunk, lik.n_rows),
+            future, args, names, start, min(start + chunk, lik.n_rows),
             *(b[k] for b in blocks)
         )
         for k, start in enumerate(range(0, lik.n_rows, chunk))

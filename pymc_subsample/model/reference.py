@@ -41,8 +41,11 @@ import scipy.optimize
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.kernels.indexing import distinct_rows
-from pymc_subsample.model.control_variates import hessian_by_differences
-from pymc_subsample.model.frame import LaplaceFrame, NotPositiveDefiniteError
+from pymc_subsample.model.frame import (
+    LaplaceFrame,
+    NotPositiveDefiniteError,
+    hessian_by_differences,
+)
 from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
 
 __all__ = ["ReferenceFit", "fit_reference"]

@@ -31,14 +31,10 @@ from threadpoolctl import threadpool_limits
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.centring import centred_twin
-from pymc_subsample.model.control_variates import (
-    GenericPass,
-    TaylorControlVariate,
-    validate_cv_order,
-)
+from pymc_subsample.model.control_variates import TaylorControlVariate, validate_cv_order
 from pymc_subsample.model.frame import LaplaceFrame
-from pymc_subsample.model.glm import GLMPass
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.passes import GenericPass, GLMPass
 from pymc_subsample.model.reference import MODE_TOLERANCE, ReferenceFit, fit_reference
 from pymc_subsample.proposals.proposal import PROPOSALS, cholesky_factor, make_proposal
 from pymc_subsample.proposals.tuning import ESJDTuner, ScaleAdapter
@@ -260,7 +256,7 @@ class SubsamplingStep(ArrayStepShared):
                 self.theta_hat,
                 cv_order,
                 sums=(self.reference.loglik, self.reference.grad_sum, self.reference.hess_sum),
-                glm_terms=getattr(self._reference_pass, "terms", None),
+                glm_terms=self._reference_pass.terms,
             )
             if cv_order is not None
             else None

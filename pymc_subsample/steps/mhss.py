@@ -21,7 +21,8 @@ from pymc_subsample.bounds import (
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.kernels.indexing import WeightedIndexSampler
 from pymc_subsample.kernels.mhss import ScalarRates, ThinningRates, mhss_accept
-from pymc_subsample.model.glm import GLMPass, LocationScalePass, detect_location_scale_terms
+from pymc_subsample.model.glm import detect_location_scale_terms
+from pymc_subsample.model.passes import GLMPass, LocationScalePass
 from pymc_subsample.steps.base import SubsamplingStep, SubsamplingStepState
 
 __all__ = ["MHSS", "UserBound"]
