@@ -19,8 +19,8 @@ _warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refa
 
 from pymc_subsample.compare import Comparison, compare
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.likelihood import SubsampledLikelihood
-from pymc_subsample.sources import Data, to_inference_data
+from pymc_subsample.model.data import Data, to_inference_data
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.steps import (
     MHSS,
     AusterityMH,
