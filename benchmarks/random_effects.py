@@ -3,7 +3,7 @@
 A logistic regression with ``d`` fixed effects and ``G`` group effects with a sampled scale
 (:func:`pymc_subsample.datasets.random_effects_model`), centred (``η = Xb + u[g]``) or, with
 ``--non-centred``, written ``η = Xb + s·z[g]`` (which MHSS samples as ``u = s·z``,
-:mod:`pymc_subsample.centring`, and NUTS as written), on ``N`` generated rows; ``compare``
+:mod:`pymc_subsample.model.centring`, and NUTS as written), on ``N`` generated rows; ``compare``
 runs both on the same model and reports the whole wall time to a bulk ESS of 1000, rows read
 per iteration and MHSS's share of moves decided on all rows.
 

@@ -16,6 +16,12 @@ cannot be split into per-row terms by the subsampled likelihood.
 
 from __future__ import annotations
 
+import warnings
+
+# ArviZ's once-a-day notice of its coming refactor, raised when it is imported: only that one
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor",
+                        category=FutureWarning, module="arviz")
+
 import argparse
 import time
 from pathlib import Path
@@ -29,6 +35,7 @@ import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 
 from pymc_subsample.datasets import GMM_SIGMA_X, gmm_data, gmm_model  # noqa: E402
+from pymc_subsample.demo import blas_notice
 from pymc_subsample.steps.barker import BarkerMinibatch  # noqa: E402
 
 N_ROWS = 100_000
@@ -37,6 +44,8 @@ SIGMA_X = GMM_SIGMA_X
 
 
 def main(argv=None) -> None:
+    if notice := blas_notice():  # one line instead of PyTensor's BLAS warning
+        print(notice)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="out", help="directory for the scatter plot")
     args = parser.parse_args(argv)

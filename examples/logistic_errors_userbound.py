@@ -17,12 +17,19 @@ small.
 
 from __future__ import annotations
 
+import warnings
+
+# ArviZ's once-a-day notice of its coming refactor, raised when it is imported: only that one
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor",
+                        category=FutureWarning, module="arviz")
+
 import math
 
 import numpy as np
 import pymc as pm
 
 import pymc_subsample as pms
+from pymc_subsample.demo import blas_notice
 from pymc_subsample.errors import SubsamplingModelError
 
 N, D, SCALE, SEED = 50_000, 5, 1.0, 1
@@ -34,6 +41,8 @@ def logistic_third_derivative_bound(scale: float) -> float:
 
 
 def main() -> None:
+    if notice := blas_notice():  # one line instead of PyTensor's BLAS warning
+        print(notice)
     rng = np.random.default_rng(SEED)
     X = np.column_stack([np.ones(N), rng.normal(size=(N, D - 1))])
     y = X @ rng.normal(size=D) + rng.logistic(0.0, SCALE, size=N)

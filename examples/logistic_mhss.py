@@ -10,6 +10,12 @@ targeting the exact posterior (Prado, Nemeth & Sherlock 2024).
 
 from __future__ import annotations
 
+import warnings
+
+# ArviZ's once-a-day notice of its coming refactor, raised when it is imported: only that one
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor",
+                        category=FutureWarning, module="arviz")
+
 import time
 
 import arviz as az
@@ -17,11 +23,14 @@ import pymc as pm
 
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data
+from pymc_subsample.demo import blas_notice
 
 N_ROWS, DIM = 100_000, 10
 
 
 def main() -> az.InferenceData:
+    if notice := blas_notice():  # one line instead of PyTensor's BLAS warning
+        print(notice)
     X_np, y_np = glm_data(N_ROWS, DIM, "logistic", seed=1)
 
     with pm.Model():

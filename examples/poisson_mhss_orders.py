@@ -16,11 +16,14 @@ from functools import partial
 import pymc_subsample as pms
 from pymc_subsample.compare import Comparison, compare
 from pymc_subsample.datasets import glm_data, glm_model
+from pymc_subsample.demo import blas_notice
 
 N_ROWS, DIM = 50_000, 5
 
 
 def main() -> Comparison:
+    if notice := blas_notice():  # one line instead of PyTensor's BLAS warning
+        print(notice)
     X, y = glm_data(N_ROWS, DIM, "poisson", seed=2)
     model = glm_model(X, y, "poisson")
     result = compare(

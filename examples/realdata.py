@@ -6,6 +6,12 @@ it with :func:`pymc_subsample.datasets.glm_model` and call :func:`run` here.
 
 from __future__ import annotations
 
+import warnings
+
+# ArviZ's once-a-day notice of its coming refactor, raised when it is imported: only that one
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor",
+                        category=FutureWarning, module="arviz")
+
 import argparse
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,6 +24,7 @@ import pandas as pd
 import pymc_subsample as pms
 from pymc_subsample.compare import Comparison
 from pymc_subsample.datasets import TableData, glm_model
+from pymc_subsample.demo import blas_notice
 
 
 def run(
@@ -37,6 +44,8 @@ def run(
     ``load(max_rows, seed)`` gives the data; ``describe(data)`` the line printed about it;
     the coefficient table shows the first ``n_coefficients`` (all when None), by name.
     """
+    if notice := blas_notice():  # one line instead of PyTensor's BLAS warning
+        print(notice)
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rows", type=int, default=None,
                         help="random subset of this many rows (default: all)")

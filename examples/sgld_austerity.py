@@ -26,8 +26,13 @@ range of ``sd / sd_NUTS``; ``data/test`` = mean fraction of rows the MH test rea
 from __future__ import annotations
 
 import logging
-import time
 import warnings
+
+# ArviZ's once-a-day notice of its coming refactor, raised when it is imported: only that one
+warnings.filterwarnings("ignore", message=r"\s*ArviZ is undergoing a major refactor",
+                        category=FutureWarning, module="arviz")
+
+import time
 
 import arviz as az
 import numpy as np

@@ -193,7 +193,7 @@ def glm_model(
     ``tall=True`` both ``X`` and ``y`` are wrapped in :func:`pymc_subsample.Data` instead
     (NumPy, memory-mapped, Zarr or Dask arrays, or ``.npy`` paths; never copied).
     """
-    from pymc_subsample.sources import Data, row_source_of
+    from pymc_subsample.model.data import Data, row_source_of
 
     _check_family(family)
     with pm.Model() as model:

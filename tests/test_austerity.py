@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from pymc_subsample.austerity import (
+from pymc_subsample.kernels.austerity import (
     SequentialTestResult,
     austerity_mu0,
     sequential_mh_test,

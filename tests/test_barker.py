@@ -11,13 +11,13 @@ from hypothesis.extra.numpy import arrays
 from scipy import stats
 from scipy.special import expit
 
-from pymc_subsample.barker import (
+from pymc_subsample.kernels.barker import (
     BarkerResult,
     barker_error_estimate,
     barker_minibatch_test,
     validate_barker_knobs,
 )
-from pymc_subsample.barker_correction import compute_correction, load_correction
+from pymc_subsample.kernels.barker_correction import compute_correction, load_correction
 
 
 def _population(n_total, mean, sd, rng):

@@ -14,11 +14,11 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
-from pymc_subsample.centring import centred_twin, find_non_centred_effects
 from pymc_subsample.datasets import random_effects_data
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import detect_glm_terms
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.centring import centred_twin, find_non_centred_effects
+from pymc_subsample.model.glm import detect_glm_terms
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 X, GROUP, Y = random_effects_data(3_000, 3, 12, seed=2)
 GROUPS = 12

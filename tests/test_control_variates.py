@@ -5,14 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pymc_subsample.control_variates import (
-    GenericPass,
-    TaylorControlVariate,
-    validate_cv_order,
-)
 from pymc_subsample.datasets import glm_data, glm_model
-from pymc_subsample.glm import detect_glm_terms
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.control_variates import TaylorControlVariate, validate_cv_order
+from pymc_subsample.model.glm import detect_glm_terms
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.passes import GenericPass
 
 
 def _logistic_pieces(X, y, theta_hat):

@@ -49,7 +49,7 @@ from pymc_subsample.datasets import (
     random_effects_data,
     random_effects_model,
 )
-from pymc_subsample.mhss import mhss_accept
+from pymc_subsample.kernels.mhss import mhss_accept
 
 #: Decisions per direction.
 REPEATS = 3000

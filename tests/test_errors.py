@@ -10,7 +10,7 @@ from pymc.sampling.parallel import ParallelSamplingError
 
 import pymc_subsample as pms
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(60, 2))

@@ -18,8 +18,8 @@ import pytest
 from scipy import stats
 
 from pymc_subsample.bounds import family, glm_loglik
-from pymc_subsample.glm import detect_glm_terms
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.glm import detect_glm_terms
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 from tests.family_checks import (
     build,
     check_pairs,

@@ -11,11 +11,12 @@ from scipy.special import log_ndtr
 from scipy.stats import norm
 
 from pymc_subsample.bounds import derivative_bound, remainder_scale
-from pymc_subsample.control_variates import TaylorControlVariate
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import GLMPass, detect_glm_terms, glm_bound_constants
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.control_variates import TaylorControlVariate
+from pymc_subsample.model.glm import detect_glm_terms
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.passes import GLMPass, glm_bound_constants
 from tests.pairs import assert_stored_constants
 
 FAMILY_OF = {

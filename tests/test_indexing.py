@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pymc_subsample.indexing import (
+from pymc_subsample.kernels.indexing import (
     WeightedIndexSampler,
     WithoutReplacementSampler,
     round_up_float32,
@@ -253,7 +253,7 @@ def test_weighted_stream_spans_block_boundaries():
 def test_distinct_rows_are_a_uniform_subset_in_memory_of_the_subset():
     import tracemalloc
 
-    from pymc_subsample.indexing import distinct_rows
+    from pymc_subsample.kernels.indexing import distinct_rows
 
     rng = np.random.default_rng(3)
     n, k, reps = 400, 20, 20_000

@@ -17,7 +17,7 @@ from scipy.special import expit
 import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
-from pymc_subsample.frame import LaplaceFrame
+from pymc_subsample.model.frame import LaplaceFrame
 from tests.make_glm_references import RE_GROUPS
 from tests.pairs import assert_poisson_counts, poisson_process_counts
 

@@ -12,7 +12,7 @@ from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Constant
 from scipy import stats
 
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 
 def _two_observed_model(n=300, seed=3):

@@ -8,7 +8,7 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 N = 150
 RNG = np.random.default_rng(11)

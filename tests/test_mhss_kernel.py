@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pymc_subsample.indexing import WeightedIndexSampler
-from pymc_subsample.mhss import ScalarRates, mhss_accept, poisson_thinning_log_ratio
+from pymc_subsample.kernels.indexing import WeightedIndexSampler
+from pymc_subsample.kernels.mhss import ScalarRates, mhss_accept, poisson_thinning_log_ratio
 
 
 def test_thinning_keeps_with_probability_phi_over_cm():

@@ -13,9 +13,8 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
-from pymc_subsample.control_variates import GenericPass
 from pymc_subsample.datasets import glm_data, glm_model
-from pymc_subsample.glm import GLMPass
+from pymc_subsample.model.passes import GenericPass, GLMPass
 from tests.family_checks import DIM, N_ROWS, SEED, load_reference
 from tests.posterior import SAMPLE, assert_matches
 

@@ -9,13 +9,13 @@ import pytest
 from scipy import stats
 
 import pymc_subsample as pms
-from pymc_subsample.proposals import (
+from pymc_subsample.proposals.proposal import (
     IndependenceProposal,
     PCNProposal,
     RandomWalkProposal,
     make_proposal,
 )
-from pymc_subsample.tuning import ESJDTuner
+from pymc_subsample.proposals.tuning import ESJDTuner
 from tests.posterior import SAMPLE
 
 CENTRES = [None, np.array([0.3, -0.2, 0.1])]

@@ -18,10 +18,11 @@ import pytest
 from scipy.special import expit
 
 import pymc_subsample as pms
-from pymc_subsample.control_variates import loglik_sums
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import QUADRATIC_MAX_DIM, GLMPass, detect_glm_terms
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.control_variates import loglik_sums
+from pymc_subsample.model.glm import detect_glm_terms
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.passes import QUADRATIC_MAX_DIM, GLMPass
 from tests.family_checks import build, check_posterior
 from tests.pairs import assert_stored_constants, worst_bound_ratio
 

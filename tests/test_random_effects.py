@@ -1,6 +1,6 @@
 """Random effects: centred ``u[g]`` is affine in the parameters and MHSS bounds it; the
 non-centred ``s * z[g]`` (a product of parameters) is sampled as ``u = s·z``
-(:mod:`pymc_subsample.centring`, ``tests/test_centring.py``).
+(:mod:`pymc_subsample.model.centring`, ``tests/test_centring.py``).
 
 The posterior of a random-intercept logistic regression (fixed effects, 40 group effects and
 their scale) is checked against stored NUTS references on 12,000 rows, written centred and

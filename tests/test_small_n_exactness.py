@@ -7,7 +7,7 @@ with flat priors, or long exact Metropolis runs written here in NumPy (many chai
 started from the mode) — coordinate by coordinate: means within 4.5 combined Monte Carlo
 standard errors, standard deviations within 10% and within 4.5 standard errors of their ratio.
 
-Before the pCN tuner's acceptance floor (:class:`pymc_subsample.tuning.ESJDTuner`), tuning
+Before the pCN tuner's acceptance floor (:class:`pymc_subsample.proposals.tuning.ESJDTuner`), tuning
 chose ρ = 0 on these posteriors and the chains stuck in the tail of σ (issue 28).
 """
 

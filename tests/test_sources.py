@@ -15,7 +15,7 @@ from pytensor.graph.traversal import ancestors
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model, write_glm_npy
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.sources import ArraySource, as_row_source, row_source_of
+from pymc_subsample.model.data import ArraySource, as_row_source, row_source_of
 
 N, D = 6000, 4
 SAMPLE = {"progressbar": False, "compute_convergence_checks": False}
@@ -321,8 +321,8 @@ def test_inference_data_keeps_observations_lazy_and_without_an_index(files):
 
 def test_find_map_fallback_refuses_lazy_data_naming_them(files, monkeypatch):
     """Where Newton stalls, PyMC's find_MAP would read the graph's stand-in: refused instead."""
-    import pymc_subsample.reference as reference
-    from pymc_subsample.frame import NotPositiveDefiniteError
+    import pymc_subsample.model.reference as reference
+    from pymc_subsample.model.frame import NotPositiveDefiniteError
 
     real = reference.LaplaceFrame
 

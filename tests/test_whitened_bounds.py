@@ -17,8 +17,8 @@ import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, derivative_bound, remainder_scale
 from pymc_subsample.bounds.levels import LEVEL_WEIGHT
 from pymc_subsample.datasets import glm_model, ill_conditioned_data
-from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
-from pymc_subsample.reference import MODE_TOLERANCE
+from pymc_subsample.model.frame import LaplaceFrame, NotPositiveDefiniteError
+from pymc_subsample.model.reference import MODE_TOLERANCE
 from tests.pairs import assert_stored_constants
 from tests.steps.conftest import SAMPLE
 

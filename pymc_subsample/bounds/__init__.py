@@ -85,6 +85,8 @@ from pymc_subsample.bounds.family import (
     family,
     location_scale_families,
     registered,
+    row_cosines,
+    row_norms,
     scalar_op,
 )
 from pymc_subsample.bounds.levels import LevelBound, LevelRates, LevelRows, level_rows
@@ -134,6 +136,8 @@ __all__ = [
     "region_row_constants",
     "registered",
     "remainder_scale",
+    "row_cosines",
+    "row_norms",
     "scalar_op",
     "shared_scale_rows",
     "student_t_nu_suprema",

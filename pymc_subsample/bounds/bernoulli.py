@@ -24,17 +24,19 @@ import math
 
 import numpy as np
 import pytensor.tensor as pt
-from pymc.distributions.dist_math import normal_lcdf
 from pytensor.gradient import grad
-from pytensor.graph.basic import Variable
-from pytensor.scalar.basic import Exp, Expm1, Mul, Neg, Sub
-from pytensor.scalar.math import Erfc, Sigmoid
-from pytensor.tensor.basic import get_underlying_scalar_constant_value
-from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.scalar.math import Sigmoid
 from pytensor.tensor.random.basic import BernoulliRV
 from scipy.special import log_ndtr
 
-from pymc_subsample.bounds.family import Family, register, scalar_op
+from pymc_subsample.bounds.family import Family, register
+from pymc_subsample.links import (
+    cloglog_predictor,
+    cloglog_row_logp,
+    probit_predictor,
+    probit_row_logp,
+    scalar_op,
+)
 
 __all__ = [
     "BernoulliCloglog",
@@ -52,25 +54,6 @@ _PROBIT_L = {1: 1.0, 2: 0.3}
 # complementary log-log, y = 1: numerical suprema 0.412532 and 0.426055, rounded up
 _CLOGLOG_L = {1: 0.4126, 2: 0.4261}
 
-
-
-def _constant(var: Variable) -> float | None:
-    try:
-        return float(get_underlying_scalar_constant_value(var))
-    except NotScalarConstantError:
-        return None
-
-
-def _negated(var: Variable) -> Variable | None:
-    """``x`` when ``var`` is ``-x`` (``Neg`` or a product with the constant −1), else None."""
-    op = scalar_op(var)
-    if isinstance(op, Neg):
-        return var.owner.inputs[0]
-    if isinstance(op, Mul) and len(var.owner.inputs) == 2:
-        for c, x in (var.owner.inputs, var.owner.inputs[::-1]):
-            if _constant(c) == -1.0:
-                return x
-    return None
 
 
 def _check_binary(name: str, y: np.ndarray) -> np.ndarray:
@@ -109,21 +92,6 @@ class BernoulliLogit(_Bernoulli):
         return np.full(np.shape(y), _LOGIT_L[order])
 
 
-def probit_predictor(p: Variable) -> Variable | None:
-    """``η`` when ``p`` is PyMC's ``invprobit(η) = ½·erfc(−η/√2)`` (by its graph), else None."""
-    if not (isinstance(scalar_op(p), Mul) and len(p.owner.inputs) == 2):
-        return None
-    for half, other in (p.owner.inputs, p.owner.inputs[::-1]):
-        if _constant(half) == 0.5 and isinstance(scalar_op(other), Erfc):
-            return -np.sqrt(2.0) * other.owner.inputs[0]
-    return None
-
-
-def probit_row_logp(eta: Variable, y: Variable) -> Variable:
-    """``log Φ(η)`` for ``y = 1`` and ``log Φ(−η)`` for ``y = 0``, stable in both tails."""
-    return normal_lcdf(0.0, 1.0, (2.0 * pt.cast(y, "float64") - 1.0) * pt.cast(eta, "float64"))
-
-
 @register
 class BernoulliProbit(_Bernoulli):
     """Bernoulli with the probit link: ``f = log Φ((2y − 1)η)``."""
@@ -146,30 +114,6 @@ class BernoulliProbit(_Bernoulli):
 
     def derivative_sup(self, order, y, *, lower=-math.inf, upper=math.inf):
         return np.full(np.shape(y), _PROBIT_L[order])
-
-
-def cloglog_predictor(p: Variable) -> Variable | None:
-    """``η`` when ``p`` is ``1 − exp(−exp(η))`` or ``−expm1(−exp(η))`` (by its graph)."""
-    if isinstance(scalar_op(p), Sub) and _constant(p.owner.inputs[0]) == 1.0:
-        inner = p.owner.inputs[1]
-        if not isinstance(scalar_op(inner), Exp):
-            return None
-        arg = inner.owner.inputs[0]
-    else:
-        inner = _negated(p)
-        if inner is None or not isinstance(scalar_op(inner), Expm1):
-            return None
-        arg = inner.owner.inputs[0]
-    u = _negated(arg)
-    if u is None or not isinstance(scalar_op(u), Exp):
-        return None
-    return u.owner.inputs[0]
-
-
-def cloglog_row_logp(eta: Variable, y: Variable) -> Variable:
-    """``log(1 − exp(−e^η))`` for ``y = 1`` and ``−e^η`` for ``y = 0``, stable in both tails."""
-    u = pt.exp(pt.cast(eta, "float64"))
-    return pt.switch(pt.eq(pt.cast(y, "float64"), 1.0), pt.log1mexp(-u), -u)
 
 
 @register

@@ -31,9 +31,9 @@ from typing import ClassVar
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
-from pytensor.tensor.elemwise import Elemwise
 
 from pymc_subsample.bounds.remainder import angle_factor, check_order
+from pymc_subsample.links import scalar_op
 
 __all__ = [
     "Family",
@@ -48,15 +48,6 @@ __all__ = [
     "registered",
     "scalar_op",
 ]
-
-
-def scalar_op(var: Variable):
-    """The scalar op of an elementwise node (``Exp``, ``Mul``, ...), or None for anything else:
-    how the families and the model layer read a graph's shape."""
-    owner = var.owner
-    if owner is not None and isinstance(owner.op, Elemwise):
-        return owner.op.scalar_op
-    return None
 
 
 class Family:
@@ -329,6 +320,21 @@ def combine_predictor_partials(
     return combine_multi_partials(order, suprema, tuple(norms))
 
 
+def row_norms(rows: np.ndarray) -> np.ndarray:
+    """The Euclidean length of each row."""
+    return np.sqrt(np.einsum("ij,ij->i", rows, rows))
+
+
+def row_cosines(first: np.ndarray, second: np.ndarray, s_first: np.ndarray,
+                s_second: np.ndarray) -> np.ndarray:
+    """Cosine of the angle between two whitened predictor rows, row by row (1 where a row is
+    zero: its terms vanish whatever the factor)."""
+    dots = np.einsum("ij,ij->i", first, second)
+    norms = s_first * s_second
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norms > 0.0, dots / norms, 1.0)
+
+
 def combine_partials(
     order: int,
     suprema: dict[tuple[int, int], np.ndarray],
@@ -431,8 +437,8 @@ def combine_multi_partials(
 
 
 #: Every registered family by name (one- and two-predictor), in the order the model layer's
-#: detections try them (:func:`pymc_subsample.glm.detect_glm_terms`,
-#: :func:`pymc_subsample.glm.detect_location_scale_terms`).
+#: detections try them (:func:`pymc_subsample.model.glm.detect_glm_terms`,
+#: :func:`pymc_subsample.model.glm.detect_location_scale_terms`).
 _REGISTRY: dict[str, Family | LocationScaleFamily] = {}
 
 

@@ -2,7 +2,7 @@ r"""MHSS bounds for rows that touch one level of a grouping factor (random inter
 
 In a model with group effects, ``η_i = x_iᵀβ + u_{g_i}``, each row's predictor depends on the
 dense coefficients and on one of many level coordinates. In the Laplace frame ordered levels
-first (:class:`~pymc_subsample.frame.LaplaceFrame`) the whitened row :math:`\tilde x_i` is
+first (:class:`~pymc_subsample.model.frame.LaplaceFrame`) the whitened row :math:`\tilde x_i` is
 non-zero on the dense block :math:`D` and on the row's level :math:`k_i` only, so
 
 .. math::
@@ -55,7 +55,7 @@ import numpy as np
 
 from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import check_order
-from pymc_subsample.indexing import WeightedIndexSampler, round_up_float32
+from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
 __all__ = ["LevelBound", "LevelRates", "LevelRows", "level_rows"]
 

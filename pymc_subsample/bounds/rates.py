@@ -4,7 +4,7 @@ row (:mod:`~pymc_subsample.bounds.levels`, :mod:`~pymc_subsample.bounds.shared_s
 Such a bound gives each row a rate ``B_i(θ, θ') ≥ |ξ_i|``, symmetric in the pair, and fixed
 weights ``c̄_i`` with ``B_i ≤ c̄_i M̄(θ, θ')`` for a per-move envelope ``M̄``. Poisson thinning
 needs the rows of a Poisson process of rate ``B_i``: ``K ~ Poisson(C̄ M̄)`` rows drawn with
-probability ``c̄_i / C̄`` (:class:`~pymc_subsample.indexing.WeightedIndexSampler`), each kept
+probability ``c̄_i / C̄`` (:class:`~pymc_subsample.kernels.indexing.WeightedIndexSampler`), each kept
 with probability ``B_i / (c̄_i M̄)`` before any data are read, are one.
 """
 
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_subsample.indexing import WeightedIndexSampler
+from pymc_subsample.kernels.indexing import WeightedIndexSampler
 
 __all__ = ["EnvelopeRates"]
 
 
 class EnvelopeRates:
     """The rates of one move as the MHSS kernel reads them
-    (:class:`pymc_subsample.mhss.ThinningRates`): :attr:`envelope` index draws are expected,
+    (:class:`pymc_subsample.kernels.mhss.ThinningRates`): :attr:`envelope` index draws are expected,
     :attr:`expected` rows are kept; a subclass gives :meth:`row_rates`.
 
     Parameters

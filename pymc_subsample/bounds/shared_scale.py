@@ -65,7 +65,7 @@ import numpy as np
 from pymc_subsample.bounds.family import multi_indices
 from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import check_order
-from pymc_subsample.indexing import WeightedIndexSampler, round_up_float32
+from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
 __all__ = ["SharedScaleBound", "SharedScaleRates", "SharedScaleRows", "shared_scale_factors",
            "shared_scale_rows"]

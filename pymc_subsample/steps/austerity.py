@@ -1,6 +1,6 @@
 """The ``AusterityMH`` step: the approximate sequential MH test of Korattikara et al. (2014).
 
-The step only wires the model to the pure kernel :mod:`pymc_subsample.austerity`: it draws
+The step only wires the model to the pure kernel :mod:`pymc_subsample.kernels.austerity`: it draws
 ``u``, forms ``μ0`` from the prior and proposal terms (and the control-variate sum, if any) and
 hands the kernel a function that returns the population values for a batch of rows.
 """
@@ -15,16 +15,16 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import grad
 
-from pymc_subsample.austerity import (
+from pymc_subsample.errors import positive_int
+from pymc_subsample.kernels.austerity import (
     SequentialTestResult,
     austerity_mu0,
     sequential_mh_test,
     validate_austerity_knobs,
 )
-from pymc_subsample.errors import positive_int
-from pymc_subsample.indexing import WithoutReplacementSampler
-from pymc_subsample.proposals import LangevinProposal
-from pymc_subsample.reference import fit_reference
+from pymc_subsample.kernels.indexing import WithoutReplacementSampler
+from pymc_subsample.model.reference import fit_reference
+from pymc_subsample.proposals.proposal import LangevinProposal
 from pymc_subsample.steps.base import SubsamplingStep
 from pymc_subsample.steps.rows_warning import ROWS_WARN_SHARE, RowsReadCounter
 

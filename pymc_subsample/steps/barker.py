@@ -1,9 +1,9 @@
 """The ``BarkerMinibatch`` step: the minibatch Barker test of Seita et al. (2017) in ``pm.sample``.
 
 The step only wires the model to the pure kernel
-:func:`pymc_subsample.barker.barker_minibatch_test`: it forms the data-free part of ``Δ`` (prior
-and proposal terms, plus ``Σ r̂_i`` with control variates) and hands the kernel a function
-returning the per-row terms of a batch of rows.
+:func:`pymc_subsample.kernels.barker.barker_minibatch_test`: it forms the data-free part of
+``Δ`` (prior and proposal terms, plus ``Σ r̂_i`` with control variates) and hands the kernel a
+function returning the per-row terms of a batch of rows.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from pymc_subsample.barker import BarkerResult, barker_minibatch_test, validate_barker_knobs
-from pymc_subsample.barker_correction import SIGMA_MAX, load_correction
 from pymc_subsample.errors import positive_int
+from pymc_subsample.kernels.barker import BarkerResult, barker_minibatch_test, validate_barker_knobs
+from pymc_subsample.kernels.barker_correction import SIGMA_MAX, load_correction
 from pymc_subsample.steps.base import SubsamplingStep
 from pymc_subsample.steps.rows_warning import ROWS_WARN_SHARE, RowsReadCounter
 
@@ -244,8 +244,8 @@ class BarkerMinibatch(RowsReadCounter, SubsamplingStep):
     ) -> BarkerResult:
         """Run Algorithm 1 for one ``(θ, θ')``; ``log_rest`` = log p0 ratio + log q ratio.
 
-        Returns the kernel's :class:`~pymc_subsample.barker.BarkerResult`. ``rng`` overrides the
-        step's test stream (for checks on a fixed pair).
+        Returns the kernel's :class:`~pymc_subsample.kernels.barker.BarkerResult`. ``rng``
+        overrides the step's test stream (for checks on a fixed pair).
         """
         if math.isnan(log_rest):
             log_rest = -math.inf  # NaN prior or proposal term: reject without reading data

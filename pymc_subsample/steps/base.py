@@ -1,12 +1,12 @@
 """What every subsampling step shares: model analysis, reference point, proposal, tuning, RNG.
 
 A subclass implements :meth:`SubsamplingStep._decide`, which calls one of the pure acceptance
-kernels (:mod:`pymc_subsample.mhss`, :mod:`~pymc_subsample.austerity`,
-:mod:`~pymc_subsample.barker`) and returns the decision and the stats declared in its
+kernels (:mod:`pymc_subsample.kernels.mhss`, :mod:`~pymc_subsample.kernels.austerity`,
+:mod:`~pymc_subsample.kernels.barker`) and returns the decision and the stats declared in its
 ``stats_dtypes_shapes``. Everything the kernels need from the model is compiled once here.
 
 The chain moves in the whitened coordinates ``φ = L⁻¹(θ − θ̂)`` of the Laplace frame
-(:mod:`pymc_subsample.frame`): the proposal acts on ``φ``, the step maps ``φ'`` back to the
+(:mod:`pymc_subsample.model.frame`): the proposal acts on ``φ``, the step maps ``φ'`` back to the
 ``θ'`` PyMC stores, and tuning measures jumps in ``φ``.
 """
 
@@ -29,19 +29,15 @@ from rich.progress import TextColumn
 from rich.table import Column
 from threadpoolctl import threadpool_limits
 
-from pymc_subsample.centring import centred_twin
-from pymc_subsample.control_variates import (
-    GenericPass,
-    TaylorControlVariate,
-    validate_cv_order,
-)
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.frame import LaplaceFrame
-from pymc_subsample.glm import GLMPass
-from pymc_subsample.likelihood import SubsampledLikelihood
-from pymc_subsample.proposals import PROPOSALS, cholesky_factor, make_proposal
-from pymc_subsample.reference import MODE_TOLERANCE, ReferenceFit, fit_reference
-from pymc_subsample.tuning import ESJDTuner, ScaleAdapter
+from pymc_subsample.model.centring import centred_twin
+from pymc_subsample.model.control_variates import TaylorControlVariate, validate_cv_order
+from pymc_subsample.model.frame import LaplaceFrame
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.passes import GenericPass, GLMPass
+from pymc_subsample.model.reference import MODE_TOLERANCE, ReferenceFit, fit_reference
+from pymc_subsample.proposals.proposal import PROPOSALS, cholesky_factor, make_proposal
+from pymc_subsample.proposals.tuning import ESJDTuner, ScaleAdapter
 
 __all__ = ["SubsamplingStep", "SubsamplingStepState"]
 
@@ -89,12 +85,12 @@ class SubsamplingStep(ArrayStepShared):
     temperature : float
         ``K > 0``; the likelihood is divided by ``K``.
     proposal : {"pcn", "independence", "random_walk"}
-        The proposal, in the whitened Laplace frame (:mod:`pymc_subsample.proposals`). The
+        The proposal, in the whitened Laplace frame (:mod:`pymc_subsample.proposals.proposal`). The
         default is the class's :attr:`default_proposal`.
     map_point : dict, optional
         Reference point ``θ̂`` (a PyMC point). Found by Newton's method on the full data when
         not given; a given point is checked (and refined if it is not a mode,
-        :mod:`pymc_subsample.reference`).
+        :mod:`pymc_subsample.model.reference`).
     proposal_cov : array, optional
         Random walk only: the covariance of the step in ``θ``, used as given (scale 1). By
         default the Laplace covariance scaled by ``κ/√d``. With non-centred effects
@@ -108,7 +104,7 @@ class SubsamplingStep(ArrayStepShared):
     target_accept : float, optional
         Tune the random walk's ``κ`` toward this acceptance rate (Robbins–Monro) instead of
         choosing the parameter by jump distance per cost
-        (:class:`~pymc_subsample.tuning.ESJDTuner`).
+        (:class:`~pymc_subsample.proposals.tuning.ESJDTuner`).
     tune : bool
         Tune the proposal's parameter during PyMC's tuning phase (frozen afterwards).
     row_cost : float
@@ -261,7 +257,7 @@ class SubsamplingStep(ArrayStepShared):
                 self.theta_hat,
                 cv_order,
                 sums=(self.reference.loglik, self.reference.grad_sum, self.reference.hess_sum),
-                glm_terms=getattr(self._reference_pass, "terms", None),
+                glm_terms=self._reference_pass.terms,
             )
             if cv_order is not None
             else None

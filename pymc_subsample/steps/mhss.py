@@ -19,9 +19,10 @@ from pymc_subsample.bounds import (
     remainder_scale,
 )
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.glm import GLMPass, LocationScalePass, detect_location_scale_terms
-from pymc_subsample.indexing import WeightedIndexSampler
-from pymc_subsample.mhss import ScalarRates, ThinningRates, mhss_accept
+from pymc_subsample.kernels.indexing import WeightedIndexSampler
+from pymc_subsample.kernels.mhss import ScalarRates, ThinningRates, mhss_accept
+from pymc_subsample.model.glm import detect_location_scale_terms
+from pymc_subsample.model.passes import GLMPass, LocationScalePass
 from pymc_subsample.steps.base import SubsamplingStep, SubsamplingStepState
 
 __all__ = ["MHSS", "UserBound"]
@@ -83,7 +84,7 @@ class MHSS(SubsamplingStep):
         Taylor order of the control variates; order 2 reads O(1) rows per iteration near the
         mode, order 1 O(√N) (Sec. 4.3).
     bound : UserBound, optional
-        Bound for likelihoods other than the supported GLMs (see :mod:`pymc_subsample.glm`).
+        Bound for likelihoods other than the supported GLMs (see :mod:`pymc_subsample.model.glm`).
         Without one the step bounds the supported GLMs itself: Corollary 2's constants, or a
         bound with per-row rates when it expects fewer rows (:attr:`rate_bound`: rows that
         touch one level of a grouping factor, or one sampled scale for all rows).

@@ -15,7 +15,7 @@ import pytest
 
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.proposals import LangevinProposal
+from pymc_subsample.proposals.proposal import LangevinProposal
 from pymc_subsample.steps.austerity import AusterityMH
 from pymc_subsample.steps.rows_warning import ROWS_WARN_SHARE
 from tests.steps.conftest import N_ROWS, SAMPLE

@@ -15,9 +15,9 @@ import pymc as pm
 import pytest
 from scipy.special import expit
 
-from pymc_subsample.barker_correction import SIGMA_MAX
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.kernels.barker_correction import SIGMA_MAX
 from pymc_subsample.steps.barker import BarkerMinibatch
 from tests.steps.conftest import N_ROWS, SAMPLE
 

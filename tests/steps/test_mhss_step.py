@@ -9,7 +9,7 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.bounds import remainder_scale
 from pymc_subsample.datasets import glm_data, glm_model
-from pymc_subsample.glm import glm_bound_constants
+from pymc_subsample.model.passes import glm_bound_constants
 from tests.steps.conftest import SAMPLE
 
 

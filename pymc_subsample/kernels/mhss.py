@@ -29,7 +29,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from pymc_subsample.indexing import WeightedIndexSampler
+from pymc_subsample.kernels.indexing import WeightedIndexSampler
 
 __all__ = ["MHSSInfo", "ScalarRates", "ThinningRates", "mhss_accept", "poisson_thinning_log_ratio"]
 

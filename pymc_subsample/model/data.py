@@ -12,7 +12,7 @@
 Every source answers one question, :meth:`RowSource.take` (the rows ``idx`` as a NumPy array,
 gathered in sorted order so that each file page or chunk is read once), and yields
 consecutive row blocks for the full-data passes (:meth:`RowSource.blocks`). The likelihood
-layer (:mod:`pymc_subsample.likelihood`) gathers the rows of every ``Data`` container outside
+layer (:mod:`pymc_subsample.model.likelihood`) gathers the rows of every ``Data`` container outside
 the compiled PyTensor functions and hands them over as inputs, so the same rows give the same
 numbers whatever the source.
 

@@ -22,7 +22,7 @@ variable with a log transform (``HalfNormal``, ``Exponential``, ``HalfCauchy``, 
 ``LogNormal``, …), and the product ``s * z`` or ``s * z[idx]`` with data indices, in either
 order. Other uses of ``z`` (a ``Potential``, another variable's parameter) are rewritten with
 ``z = u/s``; any other product of parameters is left as written, and the likelihood layer
-refuses it naming the variable (:mod:`pymc_subsample.glm`).
+refuses it naming the variable (:mod:`pymc_subsample.model.glm`).
 """
 
 from __future__ import annotations

@@ -58,8 +58,8 @@ class ESJDTuner:
 
     A proposal may also set a floor on the acceptance rate, ``min_accept``: candidates accepted
     less often during tuning are not chosen (if none reaches it, the one accepted most often
-    is). pCN sets one (:attr:`pymc_subsample.proposals.PCNProposal.min_accept`): at small ``ρ``
-    it is close to the independence sampler, which is uniformly ergodic only when the
+    is). pCN sets one (:attr:`pymc_subsample.proposals.proposal.PCNProposal.min_accept`): at
+    small ``ρ`` it is close to the independence sampler, which is uniformly ergodic only when the
     posterior's tails are no heavier than its Laplace approximation's. Where they are heavier
     (a small data set, a scale with a flat prior) the chain sticks for long stretches in the
     tails, which the jump distance of a short tuning run does not see, and finite runs come out

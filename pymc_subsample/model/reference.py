@@ -3,8 +3,8 @@ r"""The reference point ``θ̂``: a posterior mode found in a few passes over th
 Every step needs ``θ̂`` and the Laplace covariance there (``docs/methods/reference.md``). On
 tall data the log posterior is nearly quadratic around its mode, so Newton's method converges
 in one or two steps from a good start, and each step is one pass over the data that returns
-``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` together (:class:`~pymc_subsample.glm.GLMPass` for GLMs,
-:class:`~pymc_subsample.control_variates.GenericPass` otherwise). The procedure:
+``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` together (:class:`~pymc_subsample.model.glm.GLMPass` for GLMs,
+:class:`~pymc_subsample.model.control_variates.GenericPass` otherwise). The procedure:
 
 1. **Subsample start.** Newton's method, damped by backtracking, on the log posterior with the
    likelihood of a random subsample of ``n`` rows weighted by ``N/n`` (``n`` a few percent of
@@ -39,11 +39,14 @@ import numpy as np
 import pymc as pm
 import scipy.optimize
 
-from pymc_subsample.control_variates import hessian_by_differences
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.frame import LaplaceFrame, NotPositiveDefiniteError
-from pymc_subsample.indexing import distinct_rows
-from pymc_subsample.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
+from pymc_subsample.kernels.indexing import distinct_rows
+from pymc_subsample.model.frame import (
+    LaplaceFrame,
+    NotPositiveDefiniteError,
+    hessian_by_differences,
+)
+from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
 
 __all__ = ["ReferenceFit", "fit_reference"]
 
@@ -130,7 +133,7 @@ def fit_reference(
     lik : SubsampledLikelihood
     data_pass : GLMPass or GenericPass
         ``data_pass.full(θ, idx_chunks=..., weight=..., whiten_rows=..., order=...)`` returns a
-        :class:`~pymc_subsample.glm.PassResult`.
+        :class:`~pymc_subsample.model.glm.PassResult`.
     map_point : dict, optional
         A user's reference point (a PyMC point); checked, and refined if it is not a mode.
     order : {1, 2}, optional
@@ -431,7 +434,7 @@ def _find_map_fallback(lik: SubsampledLikelihood, theta: np.ndarray) -> np.ndarr
     """
     lazy = sorted(var.name for var, (_, source) in lik.gathered.items() if not source.in_memory)
     if lazy:
-        # the model's own graph holds a stand-in for Zarr and Dask rows (pymc_subsample.sources)
+        # the model's own graph holds a stand-in for Zarr and Dask rows (pymc_subsample.model.data)
         raise SubsamplingModelError(
             "Newton's method stalled finding the reference point, and its fallback, "
             "pm.find_MAP on all rows, cannot read the Zarr or Dask data "

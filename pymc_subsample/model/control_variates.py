@@ -20,46 +20,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytensor.tensor as pt
-from pytensor.gradient import Rop, grad, jacobian
+from pytensor.gradient import Rop
 from pytensor.graph.replace import graph_replace
 
-from pymc_subsample.glm import (
+from pymc_subsample.model.glm import (
     LocationScaleTerm,
-    PassResult,
     family_terms,
     location_scale_terms,
     upper_pairs,
 )
-from pymc_subsample.likelihood import SubsampledLikelihood
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.passes import GenericPass
 
 __all__ = [
-    "GenericPass",
     "TaylorControlVariate",
-    "hessian_by_differences",
     "loglik_sums",
     "validate_cv_order",
 ]
-
-
-def hessian_by_differences(gradient, theta: np.ndarray) -> np.ndarray:
-    """Symmetrised central differences of ``gradient``: column ``k`` is
-    ``(∇(θ + h_k e_k) − ∇(θ − h_k e_k)) / 2h_k`` with ``h_k = ε^{1/3} max(1, |θ_k|)``.
-
-    ``2d`` gradient calls; relative error about ``ε^{2/3}``, ample where a Hessian only shapes a
-    Laplace frame or a Newton step.
-    """
-    theta = np.asarray(theta, dtype=np.float64)
-    steps = np.cbrt(np.finfo(np.float64).eps) * np.maximum(1.0, np.abs(theta))
-    h = np.empty((theta.size, theta.size))
-    for k in range(theta.size):
-        up, down = theta.copy(), theta.copy()
-        up[k] += steps[k]
-        down[k] -= steps[k]
-        # far out (a scale near zero) gradients overflow: the caller reads the non-finite
-        # Hessian as a failed step, without a warning to the user
-        with np.errstate(invalid="ignore", over="ignore"):
-            h[:, k] = (np.asarray(gradient(up)) - np.asarray(gradient(down))) / (up[k] - down[k])
-    return 0.5 * (h + h.T)
 
 
 def validate_cv_order(order) -> int:
@@ -70,65 +47,6 @@ def validate_cv_order(order) -> int:
             f"{order!r}. Order 2 touches far fewer rows for smooth likelihoods."
         )
     return int(order)
-
-
-class GenericPass:
-    """Passes over the data for any model: ``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` at ``θ``.
-
-    GLMs have a faster pass that also yields the MHSS constants,
-    :class:`pymc_subsample.glm.GLMPass`, with the same :meth:`full` interface.
-
-    Parameters
-    ----------
-    lik : SubsampledLikelihood
-    exact_hessian : bool
-        ``True``: the Hessian is the vectorised Jacobian of the gradient (autodiff, no scan),
-        exact to rounding, as the order-2 control variates need (their ``H`` must be the sum
-        of the per-row Hessians their remainders use). ``False``: central differences of the
-        autodiff gradient (:func:`hessian_by_differences`), far more accurate than the Laplace
-        frame and Newton's method need. The gradient alone compiles several times
-        faster than its Jacobian on a large graph (a mixture: about 25 s against 80 s of C
-        compilation on a cold cache), at ``2d`` gradient evaluations per chunk.
-
-    Attributes
-    ----------
-    n_passes : int
-        Passes over all N rows made so far.
-    """
-
-    def __init__(self, lik: SubsampledLikelihood, *, exact_hessian: bool = True) -> None:
-        self.lik = lik
-        self.exact_hessian = exact_hessian
-        total = lik.terms.sum()
-        g = grad(total, lik.theta)
-        outputs = [total, g, jacobian(g, lik.theta, vectorize=True)] if exact_hessian else [
-            total, g]
-        self._fn = lik.compile([lik.theta, lik.idx], outputs)
-        self.n_passes = 0
-
-    def _block(self, chunk: np.ndarray, theta: np.ndarray):
-        """``(Σ ℓ_i, Σ ∇ℓ_i, Σ ∇²ℓ_i)`` on the rows ``chunk``."""
-        if self.exact_hessian:
-            return self._fn(theta, chunk)
-        value, g = self._fn(theta, chunk)
-        return value, g, hessian_by_differences(lambda t: self._fn(t, chunk)[1], theta)
-
-    def full(self, theta, *, idx_chunks=None, weight=1.0, whiten_rows=None, order=None,
-             levels=0):
-        """Sums at ``θ`` over all rows (or ``idx_chunks``, times ``weight``).
-
-        ``whiten_rows``, ``order`` and ``levels`` are accepted for the common interface and
-        ignored: row constants come from a bound, not from this pass.
-        """
-        lik = self.lik
-        theta = np.asarray(theta, dtype=np.float64)
-        full_data = idx_chunks is None
-        s, gs, hs = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
-        for _, (ci, gi, hi) in lik.map_row_blocks(self, "_block", theta, chunks=idx_chunks):
-            s, gs, hs = s + float(ci), gs + gi, hs + hi
-        if full_data:
-            self.n_passes += 1
-        return PassResult(s * weight, gs * weight, 0.5 * (hs + hs.T) * weight)
 
 
 def loglik_sums(
@@ -154,13 +72,13 @@ class TaylorControlVariate:
         ``(Σ ℓ_i(θ̂), Σ ∇ℓ_i(θ̂), Σ ∇²ℓ_i(θ̂))`` when already computed (by the reference fit's
         last pass); computed in one pass otherwise.
     glm_terms : list of GLMTerm or of LocationScaleTerm, optional
-        The model's GLM structure (:func:`pymc_subsample.glm.detect_glm_terms`). The per-row
+        The model's GLM structure (:func:`pymc_subsample.model.glm.detect_glm_terms`). The per-row
         Taylor terms are then ``f'(η̂_i)(η'_i − η_i) [+ ½ f''(η̂_i)((η'_i − η̂_i)² − (η_i −
         η̂_i)²)]``, the same polynomials as the generic directional derivatives but a much
         smaller graph (faster to compile and to evaluate); for a quadratic predictor the
         Taylor terms in ``θ``, with its linear part in place of ``η − η̂`` where ``θ``'s
         expansion needs it; with several predictors per row
-        (:func:`pymc_subsample.glm.detect_location_scale_terms`) the same in the predictors.
+        (:func:`pymc_subsample.model.glm.detect_location_scale_terms`) the same in the predictors.
 
     Attributes
     ----------
@@ -225,7 +143,7 @@ class TaylorControlVariate:
         """``ξ_i`` for GLM rows: ``f(η'_i) − f(η_i)`` minus the Taylor terms in ``θ``, written in
         ``η`` (and, for a quadratic predictor, its linear part).
 
-        ``f`` is the family's closed form (:func:`pymc_subsample.glm.family_terms`), which the
+        ``f`` is the family's closed form (:func:`pymc_subsample.model.glm.family_terms`), which the
         data pass checked against the model's own log-likelihood on all rows.
         """
         lik = self.likelihood
@@ -253,7 +171,7 @@ class TaylorControlVariate:
     def _location_scale_remainder_graph(self, terms):
         """``ξ_i`` for rows with several affine predictors ``p = (μ, λ, ...)``: ``f(p'_i) −
         f(p_i)`` minus the Taylor terms in ``p`` at ``p̂_i``, which equal those in ``θ`` because
-        ``p`` is affine (:func:`pymc_subsample.glm.location_scale_terms`, checked against the
+        ``p`` is affine (:func:`pymc_subsample.model.glm.location_scale_terms`, checked against the
         model's likelihood by the data pass)."""
         lik = self.likelihood
         theta_hat = pt.constant(self.theta_hat, name="theta_hat")

@@ -1,6 +1,6 @@
 r"""Proposals shared by every step, in the whitened coordinates of the Laplace frame.
 
-All proposals move ``φ = L⁻¹(θ − θ̂)`` (:mod:`pymc_subsample.frame`), in which the Laplace
+All proposals move ``φ = L⁻¹(θ − θ̂)`` (:mod:`pymc_subsample.model.frame`), in which the Laplace
 approximation is ``g = N(μ, I)`` with ``μ`` near 0; the steps map ``φ'`` back to ``θ'``. Each
 returns ``φ'`` and ``log q(φ|φ') − log q(φ'|φ)``, which enters every acceptance test as part of
 its ``log α`` (the Jacobian of the affine map cancels). The maths is in
@@ -24,7 +24,8 @@ one Newton step on from the reference point: ``θ̂`` (``φ = 0``) is a mode onl
 is (``docs/methods/reference.md``).
 
 Each proposal has one tuned parameter, :attr:`parameter` (``κ``, ``ρ`` or ``s``), and the grid
-:attr:`candidates` that :class:`pymc_subsample.tuning.ESJDTuner` chooses from during tuning.
+:attr:`candidates` that :class:`pymc_subsample.proposals.tuning.ESJDTuner` chooses from
+during tuning.
 """
 
 from __future__ import annotations
@@ -122,9 +123,10 @@ class PCNProposal:
 
     symmetric = False
     candidates: Sequence[float] = (0.0, 0.3, 0.5, 0.7, 0.85, 0.93, 0.97)
-    #: Tuning chooses no ``ρ`` accepted less often than this (:class:`~pymc_subsample.tuning.
-    #: ESJDTuner`): on tall data ``ρ = 0`` is accepted 0.8–0.99 of the time; the 46-row
-    #: ``mesquite`` regression accepts it 0.57 of the time and sticks in the tails of σ there
+    #: Tuning chooses no ``ρ`` accepted less often than this
+    #: (:class:`~pymc_subsample.proposals.tuning.ESJDTuner`): on tall data ``ρ = 0`` is accepted
+    #: 0.8–0.99 of the time; the 46-row ``mesquite`` regression accepts it 0.57 of the time and
+    #: sticks in the tails of σ there
     min_accept: float | None = 0.7
 
     def __init__(self, dim: int, rho: float = 0.5, centre: np.ndarray | None = None) -> None:

@@ -27,19 +27,17 @@ Cholesky factorisation (about 10 s on two cores at ``n_g = 4000``, dominated by 
 The shipped table. ``σ = 1`` is loaded from ``pymc_subsample/data/barker_correction_sigma1.npz``,
 the output of ``compute_correction(1.0, 4000, 10.0, 20.0)``. Regenerate it with::
 
-    python -m pymc_subsample.barker_correction            # rewrites the shipped file
-    python -m pymc_subsample.barker_correction --output other.npz
+    python benchmarks/barker_correction_table.py                  # rewrites the shipped file
+    python benchmarks/barker_correction_table.py --output other.npz
 
 Other σ are computed on first use by :func:`load_correction` and memoised for the process.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib.resources
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -272,8 +270,9 @@ def compute_correction(
     return CorrectionDistribution.from_probs(np.clip(u, 0.0, None), sigma, n_grid, lam, support)
 
 
-def _shipped_path() -> Path:
-    return Path(__file__).resolve().parent / "data" / _DATA_FILE
+def shipped_path() -> Path:
+    """Where the shipped ``σ = 1`` table lives in the source tree."""
+    return Path(__file__).resolve().parents[1] / "data" / _DATA_FILE
 
 
 def save_correction(correction: CorrectionDistribution, path: str | Path) -> None:
@@ -305,7 +304,7 @@ def read_correction(file) -> CorrectionDistribution:
 
 
 def _load_shipped() -> CorrectionDistribution:
-    resource = importlib.resources.files(__package__ or "pymc_subsample") / "data" / _DATA_FILE
+    resource = importlib.resources.files("pymc_subsample") / "data" / _DATA_FILE
     with resource.open("rb") as fh:
         correction = read_correction(fh)
     if correction.sigma != SHIPPED_SIGMA:
@@ -335,23 +334,3 @@ def load_correction(sigma: float = 1.0) -> CorrectionDistribution:
         If ``sigma`` is not in ``(0, π/√3)``.
     """
     return _load_cached(_check_sigma(sigma))
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Recompute the shipped ``σ = 1`` table (``python -m pymc_subsample.barker_correction``)."""
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--output", type=Path, default=_shipped_path(), help="npz file to write")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    correction = compute_correction(SHIPPED_SIGMA, SHIPPED_N_GRID, SHIPPED_LAM, SHIPPED_SUPPORT)
-    elapsed = time.perf_counter() - start
-    save_correction(correction, args.output)
-    print(
-        f"wrote {args.output} ({args.output.stat().st_size} bytes): sigma={correction.sigma}, "
-        f"n_grid={correction.n_grid}, lam={correction.lam}, support={correction.support}; "
-        f"computed in {elapsed:.1f} s; L-infinity CDF error {correction.linf_error():.3e}"
-    )
-
-
-if __name__ == "__main__":
-    main()

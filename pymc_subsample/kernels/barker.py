@@ -7,7 +7,7 @@ The Barker test accepts ``θ'`` with probability ``S(Δ) = 1/(1 + e^{−Δ})``, 
 
 A minibatch of ``b`` rows drawn without replacement gives ``Δ* = N·mean(l_batch) + rest``,
 approximately ``N(Δ, s²)``. Writing ``X_log = X_norm + X_corr`` with ``X_norm ~ N(0, σ²)`` and
-``X_corr`` from :mod:`pymc_subsample.barker_correction` (eq. 12), the test
+``X_corr`` from :mod:`pymc_subsample.kernels.barker_correction` (eq. 12), the test
 ``Δ* + X_nc + X_corr > 0`` with ``X_nc ~ N(0, σ² − s²)`` is the Barker test as long as
 ``s² < σ²`` (eq. 13; the paper fixes ``σ = 1``). The batch grows by ``batch_size`` rows until
 that holds (and, optionally, until the Corollary 1 error estimate is at most ``delta``).

@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import stdtr
 
-from pymc_subsample.indexing import WithoutReplacementSampler
+from pymc_subsample.kernels.indexing import WithoutReplacementSampler
 
 __all__ = [
     "SequentialTestResult",
@@ -182,7 +182,7 @@ def sequential_mh_test(
     """Approximate MH test by a sequential t-test (Korattikara et al. 2014, Algorithm 1).
 
     Rows are read ``batch_size`` at a time, without replacement
-    (:class:`~pymc_subsample.indexing.WithoutReplacementSampler`). After each batch the
+    (:class:`~pymc_subsample.kernels.indexing.WithoutReplacementSampler`). After each batch the
     standard error ``s`` of the sample mean (Eq. 3, with the finite-population correction
     ``√(1 − (n − 1)/(N − 1))``), the statistic ``t = (l̄ − μ0)/s`` (Eq. 4) and the p-value
     ``δ = 1 − F_{t,n−1}(|t|)`` are computed; the test stops when ``δ < ε`` and accepts iff

@@ -1,0 +1,520 @@
+"""Find generalised-linear-model structure in a PyMC model: the family, the link and the
+linear predictors of each observed variable.
+
+MHSS needs ``|ξ_i(θ, θ')| ≤ c_i · M(θ, θ')`` (Prado, Nemeth & Sherlock 2024, eq. (3)). For a
+GLM row ``ℓ_i(θ) = f(η_i(θ); y_i)`` with an affine linear predictor ``η_i(θ) = x_iᵀθ + o_i``
+Corollary 2 gives ``c_i = L(y_i)·‖x_i‖^{k+1}`` for Taylor order ``k``. This module asks each
+family registered in :mod:`pymc_subsample.bounds` (the list is there, one object per family
+and link; ``docs/methods/mhss.md``, "The bound") to read its observed variable, then checks
+that ``η`` is affine in the sampled vector ``θ`` or a product of two parameters (quadratic):
+:func:`detect_glm_terms`. Rows with a location, a log-scale and further predictors (a Normal or
+Student-t with a sampled σ, a negative binomial with a sampled α):
+:func:`detect_location_scale_terms`. The passes over the data that use these terms are in
+:mod:`pymc_subsample.model.passes`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.gradient import Rop, disconnected_grad
+from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace, vectorize_graph
+from pytensor.graph.rewriting.basic import in2out, node_rewriter
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import ancestors
+from pytensor.scalar.basic import Exp, Log, Mul, Pow, Reciprocal, Second, TrueDiv
+from pytensor.tensor.basic import Alloc
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.math import Dot
+from pytensor.tensor.shape import Shape, Shape_i
+from pytensor.tensor.variable import TensorConstant
+
+from pymc_subsample.bounds import (
+    Family,
+    LocationScaleFamily,
+    location_scale_families,
+    registered,
+    scalar_op,
+)
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+
+__all__ = [
+    "GLMTerm",
+    "LocationScaleTerm",
+    "detect_glm_terms",
+    "detect_location_scale_terms",
+    "family_terms",
+    "location_scale_terms",
+    "not_affine",
+    "unsupported",
+    "upper_pairs",
+    "weighted_curvature",
+]
+
+
+@dataclass(frozen=True)
+class GLMTerm:
+    """One observed variable recognised as a GLM on the rows ``idx``.
+
+    Attributes
+    ----------
+    name : str
+        The observed variable.
+    family : Family
+        Its family and link (:mod:`pymc_subsample.bounds`); ``family.name`` is one of
+        :data:`pymc_subsample.bounds.FAMILIES`.
+    eta : Variable
+        Linear predictor on the rows ``idx`` as a graph of ``θ``.
+    y : Variable
+        Observed values on the rows ``idx``.
+    params : tuple of Variable
+        The family's fixed parameters (:attr:`Family.params`) on the rows ``idx``, broadcast.
+    rows : Variable
+        ``∂η_i/∂θ`` as an ``(n, d)`` graph, free of ``θ`` when ``η`` is affine
+        (:func:`_rows_of_affine`).
+    curvature : Variable or None
+        ``∂²η_i/∂θ²`` as an ``(n, d, d)`` graph free of ``θ`` when ``η`` is quadratic in ``θ``
+        (a product of two parameters); None when it is affine.
+    """
+
+    name: str
+    family: Family
+    eta: Variable
+    y: Variable
+    params: tuple[Variable, ...]
+    rows: Variable
+    curvature: Variable | None = None
+
+
+
+def unsupported(name: str, what: str) -> SubsamplingModelError:
+    supported = "; ".join(f.description for f in (*registered(), *location_scale_families()))
+    return SubsamplingModelError(
+        f"MHSS has no automatic bound for observed variable '{name}': {what}. Supported, each "
+        f"with eta affine in the parameters: {supported}. Pass your own bound with "
+        "MHSS(bound=pms.UserBound(...)), or use AusterityMH or BarkerMinibatch, which need no "
+        "bound."
+    )
+
+
+def _depends_on_parameters(var: Variable, lik: SubsampledLikelihood) -> bool:
+    values = set(lik.value_vars)
+    return any(v in values for v in ancestors([var]))
+
+
+def _fixed_per_row(
+    name: str, fam: Family | LocationScaleFamily, fixed: tuple[Variable, ...],
+    lik: SubsampledLikelihood, refusal: str,
+) -> tuple[Variable, ...]:
+    """A family's fixed parameters, one float64 value per row of ``idx``; refused, naming the
+    variable, when one depends on the sampled parameters (``refusal`` says why, with ``{param}``
+    and ``{family}`` filled in)."""
+    for param_name, value in zip(fam.params, fixed, strict=True):
+        if _depends_on_parameters(value, lik):
+            raise unsupported(name, refusal.format(param=param_name, family=fam.description))
+    n_rows = lik.idx.shape[0]
+    return tuple(pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in fixed)
+
+
+def _dist_name(op) -> str:
+    return type(op).__name__.removesuffix("RV")
+
+
+def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
+    """Recognise every observed variable of ``lik`` as a supported GLM, or raise.
+
+    Each registered family of the variable's distribution is asked in turn to read its
+    predictor and fixed parameters (:meth:`Family.read`); the first that does is checked:
+    its fixed parameters must not depend on the sampled ones, and its predictor (after
+    simplifying ``log`` of products and exponentials) must be affine in them, or quadratic
+    (a product of two: :mod:`pymc_subsample.bounds.quadratic`).
+
+    Raises
+    ------
+    SubsamplingModelError
+        Naming the variable, when its family or link has no bound here.
+    """
+    n_rows = lik.idx.shape[0]
+    terms = []
+    for block in lik.blocks:
+        if block.value.type.ndim != 1:
+            raise unsupported(
+                block.name,
+                f"its observations have {block.value.type.ndim - 1} trailing axes (one linear "
+                "predictor per row is needed); reshape it into one observed variable per column",
+            )
+        op = block.rv.owner.op
+        candidates = [f for f in registered() if isinstance(op, f.rv_op)]
+        if not candidates:
+            raise unsupported(block.name, f"its family is {_dist_name(op)}")
+        dist_params = op.dist_params(block.rv.owner)
+        for fam in candidates:
+            read = fam.read(dist_params)
+            if read is not None:
+                break
+        else:
+            links = " or ".join(f.description for f in candidates)
+            raise unsupported(block.name, f"its {_dist_name(op)} is not {links}")
+        eta, fixed = read
+        params = _fixed_per_row(
+            block.name, fam, fixed, lik,
+            "its Normal sigma is a sampled parameter and another observed variable is not such "
+            "a Normal (MHSS bounds a sampled sigma when every observed variable is one)"
+            if fam.name == "normal_identity" else
+            "its {param} depends on the sampled parameters (MHSS bounds {family})",
+        )
+        (eta_theta,) = lik.in_theta([_simplify_log(pt.broadcast_to(eta, (n_rows,)))])
+        try:
+            rows, curvature = _predictor_derivatives(block.name, eta_theta, lik.theta)
+        except SubsamplingModelError:
+            if fam.link_hint is None:
+                raise
+            raise unsupported(block.name, fam.link_hint) from None
+        terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows, curvature))
+    return terms
+
+
+@node_rewriter([Elemwise])
+def _split_log_node(fgraph, node):
+    """``log`` of a product, quotient, power or exponential as a sum of simpler terms.
+
+    ``log(a·b) → log a + log b``, ``log(a/b) → log a − log b``, ``log(1/a) → −log a``,
+    ``log(a^k) → k log a``, ``log(e^a) → a``: so that a mean ``t·exp(Xβ)`` or a scale
+    ``exp(Xβ)/α`` gives a predictor whose affinity the rewrites can see. Where a factor is
+    negative the new graph is NaN, and the family check of every pass refuses it.
+    """
+    if not isinstance(node.op.scalar_op, Log):
+        return None
+    (x,) = node.inputs
+    op = scalar_op(x)
+    if isinstance(op, Exp):
+        out = x.owner.inputs[0]
+    elif isinstance(op, Mul):
+        out = pt.add(*(pt.log(v) for v in x.owner.inputs))
+    elif isinstance(op, TrueDiv):
+        a, b = x.owner.inputs
+        out = pt.log(a) - pt.log(b)
+    elif isinstance(op, Reciprocal):
+        out = -pt.log(x.owner.inputs[0])
+    elif isinstance(op, Pow):
+        a, k = x.owner.inputs
+        out = k * pt.log(a)
+    else:
+        return None
+    return [pt.cast(pt.broadcast_to(out, node.outputs[0].shape), node.outputs[0].dtype)]
+
+
+def _simplify_log(graph: Variable) -> Variable:
+    graph = rewrite_graph(graph, include=(),
+                          custom_rewrite=in2out(_split_log_node, ignore_newtrees=False))
+    return rewrite_graph(graph, include=("canonicalize", "stabilize"))
+
+
+def family_terms(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable, Variable]:
+    """``f(η_i; y_i)``, ``f'(η_i; y_i)`` and ``f''(η_i; y_i)`` per row, as graphs of a given ``η``.
+
+    The family's closed forms (:meth:`pymc_subsample.bounds.Family.terms`): small graphs that
+    compile in a fraction of the time of their autodiff, in the data pass and in the control
+    variates. ``f'_i`` depends on ``η_i`` alone, so the gradient of ``Σ f'_i`` is ``f''``.
+    :class:`GLMPass` checks that ``Σ f`` equals the model's own log-likelihood.
+    """
+    y = pt.cast(term.y, "float64")
+    f, f1, f2 = term.family.terms(pt.cast(eta, "float64"), y, *term.params)
+    return tuple(pt.cast(pt.broadcast_to(v, eta.shape), "float64") for v in (f, f1, f2))
+
+
+def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
+    """``∂η_i/∂θ`` as an (n, d) matrix: forward-mode derivatives along the d unit vectors.
+
+    (Reverse mode would build an n×n identity; forward mode batched over the basis is one
+    product with the data, and a copy when that product is with the identity or a slice of it:
+    :func:`_product_with_selection`.)
+
+    Raises
+    ------
+    SubsamplingModelError
+        If ``η`` is not affine in ``θ``: its derivative still depends on ``θ`` once the graph
+        is simplified (a conservative test: it cannot pass a predictor that is not affine).
+    """
+    rows = _rows_graph(eta, theta)
+    if theta in _value_ancestors(rows):
+        raise not_affine(name)
+    return rows
+
+
+def _predictor_derivatives(
+    name: str, eta: Variable, theta: Variable
+) -> tuple[Variable, Variable | None]:
+    """``(∂η_i/∂θ, None)`` for an affine predictor, ``(∂η_i/∂θ, ∂²η_i/∂θ²)`` for a quadratic
+    one (the rows then depend on ``θ``, the ``(n, d, d)`` curvature does not).
+
+    Raises
+    ------
+    SubsamplingModelError
+        If ``η`` is neither: its second derivatives still depend on ``θ``.
+    """
+    rows = _rows_graph(eta, theta)
+    if theta not in _value_ancestors(rows):
+        return rows, None
+    curvature = _curvature_graph(eta, theta)
+    if theta in _value_ancestors(curvature):
+        raise not_affine(name)
+    return rows, curvature
+
+
+def not_affine(name: str) -> SubsamplingModelError:
+    return unsupported(
+        name, "its linear predictor is not affine in the sampled parameters, nor quadratic (a "
+        "product of two parameters on the whole line, with Normal priors say, is read, with "
+        "bounds on a region; a positive parameter is sampled as its log, so a product with one "
+        "is not quadratic, nor is a product of three or a nonlinear function). A non-centred "
+        "group effect s * z[g], with z ~ Normal of constant parameters and s a scalar with a "
+        "positive prior such as HalfNormal, is sampled as u = s * z; or write the effect "
+        "centred, u = pm.Normal('u', 0, s, shape=G) and eta = X @ b + u[g], which is affine"
+    )
+
+
+def _over_basis(graph: Variable, direction: Variable) -> Variable:
+    """``graph`` at each unit vector in place of ``direction``, along a new leading axis of
+    length ``d``: a forward-mode derivative batched over the basis."""
+    basis = pt.eye(direction.type.shape[0], dtype="float64")
+    return vectorize_graph(graph, {direction: basis})
+
+
+def _rows_graph(eta: Variable, theta: Variable) -> Variable:
+    """``∂η_i/∂θ`` as an (n, d) graph (:func:`_rows_of_affine`), not checked."""
+    if theta not in ancestors([eta]):  # a predictor free of θ (a constant): no rows
+        return pt.zeros((eta.shape[0], theta.type.shape[0]), dtype="float64")
+    direction = theta.type("direction")
+    along = Rop(eta, theta, direction, use_op_rop_implementation=False)
+    return rewrite_graph(
+        _over_basis(along, direction).T,
+        include=("canonicalize",),
+        custom_rewrite=in2out(_product_with_selection),
+    )
+
+
+def _curvature_graph(eta: Variable, theta: Variable) -> Variable:
+    """``∂²η_i/∂θ_j∂θ_k`` as an (n, d, d) graph: forward mode twice, each batched over the
+    basis."""
+    u, v = theta.type("u"), theta.type("v")
+    along = Rop(eta, theta, u, use_op_rop_implementation=False)
+    twice = Rop(along, theta, v, use_op_rop_implementation=False)
+    curvature = _over_basis(_over_basis(twice, v), u)  # (d, d, n)
+    return rewrite_graph(curvature.dimshuffle(2, 0, 1), include=("canonicalize",))
+
+
+def weighted_curvature(eta: Variable, theta: Variable, weights: Variable) -> Variable:
+    """``Σ_i w_i ∂²η_i/∂θ²`` (d, d) with ``w`` held constant: the Hessian of ``Σ w_i η_i``."""
+    grad = pt.grad((disconnected_grad(weights) * eta).sum(), theta)
+    direction = theta.type("direction")
+    return _over_basis(Rop(grad, theta, direction, use_op_rop_implementation=False), direction)
+
+
+def _value_ancestors(var: Variable) -> set[Variable]:
+    """The variables ``var``'s *values* depend on: as ``ancestors``, but not through inputs
+    that only give a shape (of ``Shape``, ``Alloc``'s sizes, ``fill``'s first argument)."""
+    seen, stack = set(), [var]
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        node = v.owner
+        if node is None or isinstance(node.op, Shape | Shape_i):
+            continue
+        if isinstance(node.op, Alloc):
+            stack.append(node.inputs[0])
+        elif isinstance(scalar_op(v), Second):
+            stack.append(node.inputs[1])
+        else:
+            stack.extend(node.inputs)
+    return seen
+
+
+@node_rewriter([Dot])
+def _product_with_selection(fgraph, node):
+    """``A @ S`` for a constant selection matrix ``S`` (each row a distinct unit row vector):
+    ``A`` itself for the identity, else ``A``'s columns placed in a zero matrix.
+
+    The basis product of ``_rows_of_affine`` is such a product wherever a coefficient vector is
+    a slice of ``θ`` (``X @ b`` with ``b = θ[:k]``): ``X`` times a ``k × d`` slice of the
+    identity. Without a linked BLAS, PyTensor's own ``Gemm`` did that product at about 2 µs a
+    row for ``d = 111``, most of a data pass; placing the columns is a copy.
+    """
+    a, b = node.inputs
+    if not (isinstance(b, TensorConstant) and b.ndim == 2 and a.ndim == 2):
+        return None
+    value = b.data
+    ones = value == 1
+    if not (np.all(ones | (value == 0)) and np.all(ones.sum(axis=1) == 1)
+            and np.all(ones.sum(axis=0) <= 1)):
+        return None
+    dtype = node.outputs[0].dtype
+    columns = np.argmax(ones, axis=1)
+    if value.shape[0] == value.shape[1] and np.array_equal(columns, np.arange(len(columns))):
+        return [pt.cast(a, dtype)]
+    out = pt.zeros((a.shape[0], value.shape[1]), dtype=dtype)
+    start = int(columns[0])
+    if np.array_equal(columns, np.arange(start, start + len(columns))):
+        return [pt.set_subtensor(out[:, start : start + len(columns)], pt.cast(a, dtype))]
+    return [pt.set_subtensor(out[:, columns], pt.cast(a, dtype))]
+
+
+# ------------------------------------------------- location and scale: Normal, Student-t with σ
+@dataclass(frozen=True)
+class LocationScaleTerm:
+    """An observed variable whose location and ``log σ`` (and the logs of the family's
+    :attr:`~pymc_subsample.bounds.LocationScaleFamily.log_params`) are affine in ``θ``.
+
+    Attributes
+    ----------
+    name : str
+    family : LocationScaleFamily
+        :mod:`pymc_subsample.bounds` (``normal_scale``, ``student_t_scale``, ...).
+    mu, log_sigma : Variable
+        The first two predictors on the rows ``idx``, as graphs of ``θ`` (broadcast to the
+        rows): the location and ``log σ`` (``log σ + log ν / 2`` for a Student-t with a
+        sampled ν: :meth:`LocationScaleFamily.log_scale`).
+    y : Variable
+        Observed values on the rows ``idx``.
+    mu_rows, log_sigma_rows : Variable
+        Their derivatives ``∂μ_i/∂θ`` and ``∂λ_i/∂θ`` (:func:`_rows_of_affine`), free of ``θ``.
+    params : tuple of Variable
+        The family's fixed parameters on the rows ``idx`` (a Student-t's ν when fixed).
+    extra, extra_rows : tuple of Variable
+        Further predictors (a Student-t's ``log ν`` when sampled) and their derivatives.
+    """
+
+    name: str
+    family: LocationScaleFamily
+    mu: Variable
+    log_sigma: Variable
+    y: Variable
+    mu_rows: Variable
+    log_sigma_rows: Variable
+    params: tuple[Variable, ...] = ()
+    extra: tuple[Variable, ...] = ()
+    extra_rows: tuple[Variable, ...] = ()
+    #: every predictor is affine (:attr:`GLMTerm.curvature`)
+    curvature: ClassVar[None] = None
+
+    @property
+    def predictors(self) -> tuple[Variable, ...]:
+        """``(μ, λ, *extra)``."""
+        return (self.mu, self.log_sigma, *self.extra)
+
+    @property
+    def predictor_rows(self) -> tuple[Variable, ...]:
+        """Their derivatives in ``θ``, in the same order."""
+        return (self.mu_rows, self.log_sigma_rows, *self.extra_rows)
+
+
+def _location_scale_family(
+    block, lik: SubsampledLikelihood
+) -> tuple[LocationScaleFamily, tuple] | None:
+    """The location–scale family of one observed variable and what it reads, or None.
+
+    A family with further predictors (:attr:`LocationScaleFamily.log_params`) is taken when one
+    of them is sampled; one without when its σ is sampled.
+    """
+    op = block.rv.owner.op
+    # families with further predictors first: a Student-t with ν and σ sampled is theirs
+    for fam in sorted(location_scale_families(), key=lambda f: not f.log_params):
+        if not isinstance(op, fam.rv_op) or block.value.type.ndim != 1:
+            continue
+        read = fam.read(op.dist_params(block.rv.owner))
+        if read is None:
+            continue
+        _, sd, values = read
+        logged = values[len(fam.params):]
+        if fam.log_params:
+            if any(_depends_on_parameters(v, lik) for v in logged):
+                return fam, read
+        elif _depends_on_parameters(sd, lik):
+            return fam, read
+    return None
+
+
+def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScaleTerm] | None:
+    """Every observed variable as a location–scale family with a sampled σ (or a sampled
+    further parameter, a Student-t's ν), or None.
+
+    None when any observed variable is something else (the GLM path then reads the model).
+
+    Raises
+    ------
+    SubsamplingModelError
+        Naming the variable, when it is such a family with a sampled σ but its location or
+        ``log σ`` is not affine in the sampled parameters (``σ = exp(λ)`` or a positive prior
+        on σ, whose log transform is the sampled value, are), or another parameter is sampled
+        that no family takes as a predictor.
+    """
+    n_rows = lik.idx.shape[0]
+    found = []
+    for block in lik.blocks:
+        detected = _location_scale_family(block, lik)
+        if detected is None:
+            return None
+        fam, (mu, sd, values) = detected
+        op = block.rv.owner.op
+        n_fixed = len(fam.params)
+        params = _fixed_per_row(
+            block.name, fam, values[:n_fixed], lik,
+            "its sigma and its {param} are both sampled (MHSS bounds {family})",
+        )
+        named = (("mean", mu, False), ("log(sigma)", fam.log_scale(sd, values[n_fixed:]), False),
+                 *((f"log({p})", v, True) for p, v in zip(fam.log_params, values[n_fixed:],
+                                                          strict=True)))
+        # log(exp(λ)) → λ before the affinity check
+        graphs = [_simplify_log(v) for v in lik.in_theta(
+            [pt.broadcast_to(pt.log(v) if logged else v, (n_rows,)) for _, v, logged in named])]
+        rows_of = []
+        # the further predictors first: a Student-t's second predictor is log(σ√ν), and a
+        # log ν that is not affine is named as such
+        for (what, _, _), graph in reversed(list(zip(named, graphs, strict=True))):
+            try:
+                rows_of.insert(0, _rows_of_affine(block.name, graph, lik.theta))
+            except SubsamplingModelError:
+                raise unsupported(
+                    block.name, f"it is a {_dist_name(op)} with a sampled "
+                    f"{'nu' if fam.log_params else 'sigma'}, but its {what} is not affine in the "
+                    "sampled parameters (exp(affine) or a positive prior on the parameter are)"
+                ) from None
+        found.append(LocationScaleTerm(block.name, fam, graphs[0], graphs[1], block.value,
+                                       rows_of[0], rows_of[1], params, tuple(graphs[2:]),
+                                       tuple(rows_of[2:])))
+    return found
+
+
+def location_scale_terms(
+    term: LocationScaleTerm, *predictors: Variable
+) -> tuple[Variable, tuple[Variable, ...], tuple[Variable, ...]]:
+    """``f``, its gradient ``(f_1, ..., f_K)`` and Hessian ``(f_11, f_12, ..., f_1K, f_22,
+    ..., f_KK)`` (upper triangle, row by row) in the predictors, per row, as float64 graphs of
+    given predictor values.
+
+    The family's row log-density (:meth:`~pymc_subsample.bounds.LocationScaleFamily.logp`)
+    differentiated elementwise: each row's ``f`` depends on its own predictors only, so the
+    gradient of ``Σ f`` in the vector of first predictors is the per-row ``f_1``, and so on.
+    """
+    ps = [pt.vector(f"predictor_{j}", dtype="float64") for j in range(len(predictors))]
+    f = term.family.logp(ps[0], ps[1], pt.cast(term.y, "float64"), *term.params, *ps[2:])
+    f = pt.cast(pt.broadcast_to(f, ps[0].shape), "float64")
+    grad = pt.grad(f.sum(), ps, disconnected_inputs="ignore")
+    hess = [pt.grad(grad[j].sum(), ps[k], disconnected_inputs="ignore")
+            for j, k in upper_pairs(len(ps))]
+    out = graph_replace([f, *grad, *hess],
+                        {p: pt.cast(v, "float64") for p, v in zip(ps, predictors, strict=True)},
+                        strict=False)
+    return out[0], tuple(out[1 : 1 + len(ps)]), tuple(out[1 + len(ps) :])
+
+
+def upper_pairs(n_predictors: int) -> list[tuple[int, int]]:
+    """``(j, k)``, ``j ≤ k``, in the order of :func:`location_scale_terms`'s Hessian."""
+    return [(j, k) for j in range(n_predictors) for k in range(j, n_predictors)]

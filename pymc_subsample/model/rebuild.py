@@ -1,0 +1,469 @@
+"""Rebuilding a model's observed variables on a row index ``idx``.
+
+The observed variables' nodes carry the static size ``N``, so slicing the model's own logp
+graph would not work: :func:`rebuild_on_index` rebuilds each one with every data container
+indexed by ``idx`` (:class:`ObservedBlock`). Mixtures, censored and truncated distributions
+(PyMC's ``SymbolicRandomVariable`` s) are rebuilt from their indexed inputs by PyMC's own
+resizing (:func:`pymc.distributions.shape_utils.change_dist_size`).
+
+Before that rebuild, every parameter-free expression of the row data (``x - x.mean()``,
+``X / X.std(0)``) that does not commute with row indexing is evaluated once on the full data
+and indexed, so it keeps its full-data meaning (:func:`_fold_data_expressions`); expressions
+of :func:`pymc_subsample.Data` rows must be row-wise. The functions take the
+:class:`~pymc_subsample.model.likelihood.SubsampledLikelihood` being built (``lik``: its model,
+``N``, ``idx``, its compile function and the gathered row inputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pymc.distributions.distribution import SymbolicRandomVariable
+from pymc.distributions.shape_utils import change_dist_size
+from pytensor.compile.sharedvalue import SharedVariable
+from pytensor.graph.basic import Apply, Constant, Variable
+from pytensor.graph.replace import clone_replace
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import ancestors, toposort
+from pytensor.tensor.basic import get_scalar_constant_value
+from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.random.op import RandomVariable
+from pytensor.tensor.random.type import RandomType
+from pytensor.tensor.shape import Shape, Shape_i
+from pytensor.tensor.type import TensorType
+from pytensor.tensor.type_other import NoneTypeT
+from pytensor.tensor.variable import TensorConstant
+
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.links import stable_bernoulli_logp
+from pymc_subsample.model.data import row_source_of
+
+#: Seed of the setup checks' random rows and parameter point (construction is deterministic).
+CHECK_SEED = 20240611
+#: Largest row subset the setup checks evaluate (besides the full pass).
+CHECK_ROWS = 16
+#: Standard deviation of the random move away from the initial point for the setup checks.
+CHECK_STEP = 0.2
+
+
+@dataclass(frozen=True)
+class ObservedBlock:
+    """One observed variable rebuilt on a row index.
+
+    Attributes
+    ----------
+    name : str
+        The observed variable's name.
+    rv : Variable
+        The rebuilt random variable whose data inputs are indexed by ``idx``: a
+        ``RandomVariable``, or for mixtures, censored and truncated distributions the
+        ``SymbolicRandomVariable`` PyMC builds for them, with batch length ``len(idx)``.
+    value : Variable
+        Its observed value, indexed by ``idx``.
+    data : tuple of Variable
+        The model's data containers (``pm.Data`` or constants) that carry the row axis.
+    """
+
+    name: str
+    rv: Variable
+    value: Variable
+    data: tuple[Variable, ...]
+
+
+def leaf_value(var: Variable) -> np.ndarray:
+    if isinstance(var, SharedVariable):
+        return var.get_value(borrow=True)
+    return var.data
+
+
+def is_data_leaf(var: Variable) -> bool:
+    return (
+        var.owner is None
+        and isinstance(var, SharedVariable | TensorConstant)
+        and not isinstance(var.type, RandomType)
+        and getattr(var.type, "ndim", 0) >= 1
+    )
+
+
+def observed_shape(value: Variable) -> tuple[int, ...]:
+    """The shape of an observed variable's value (data leaf or expression of data)."""
+    if value.owner is not None:
+        return tuple(int(n) for n in value.shape.eval())
+    return tuple(leaf_value(value).shape)
+
+
+def data_name(var: Variable) -> str:
+    return var.name if var.name else f"an unnamed constant of shape {leaf_value(var).shape}"
+
+
+def first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _take_rows(var: Variable, axis: int, idx: Variable) -> Variable:
+    """``var`` indexed by ``idx`` along ``axis``."""
+    return var[(slice(None),) * axis + (idx,)]
+
+
+def _replace(outputs: list[Variable], repl: dict[Variable, Variable]) -> list[Variable]:
+    """``outputs`` rebuilt with ``repl`` (subgraphs and leaves inside them alike).
+
+    Nodes are remade so that types are inferred anew: a static length ``N`` must become the
+    unknown length of ``idx`` (``graph_replace`` would pin it with a failing SpecifyShape).
+    """
+    if not repl:
+        return list(outputs)
+    return clone_replace(list(outputs), replace=repl, rebuild_strict=False)
+
+
+def tolerance(dtype) -> float:
+    # 100·√eps relative: 1.5e-6 in float64. A different graph for the same density rounds
+    # differently (truncated normals: 2e-8); a coupling of rows changes terms by far more.
+    return float(100 * np.sqrt(np.finfo(np.dtype(dtype)).eps)) if np.dtype(dtype).itemsize > 4 \
+        else float(np.sqrt(np.finfo(np.dtype(dtype)).eps))
+
+
+def close_values(ours: np.ndarray, ref: np.ndarray, tol: float) -> np.ndarray:
+    return np.isclose(ours, ref, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _same_values(ours: np.ndarray, ref: np.ndarray) -> bool:
+    """Equal shapes and values (to rounding for floats, exactly for integers and booleans)."""
+    ours, ref = np.asarray(ours), np.asarray(ref)
+    if ours.shape != ref.shape:
+        return False
+    if ref.dtype.kind in "fc":
+        return bool(np.all(close_values(ours, ref, tolerance(ref.dtype))))
+    return bool(np.array_equal(ours, ref))
+
+
+
+
+def _is_data_root(var: Variable) -> bool:
+    """A root whose value is fixed data (not a parameter, an RNG or a free input)."""
+    return isinstance(var, SharedVariable | Constant) and not isinstance(var.type, RandomType)
+
+
+def _data_expressions(outputs: list[Variable], row_leaves: set[Variable]) -> list[Variable]:
+    """The maximal parameter-free subgraphs of ``outputs`` that compute on row data.
+
+    A variable qualifies when every root below it is data (no value variable, no random draw)
+    and it reads a row-data leaf other than through its shape (``X.shape[0]`` must follow the
+    index). Leaves themselves are left out: they are indexed directly.
+    """
+    fixed: dict[Variable, bool] = {}
+    rows: dict[Variable, bool] = {}
+    for node in toposort(outputs):
+        for inp in node.inputs:
+            if inp.owner is None:
+                fixed[inp] = _is_data_root(inp)
+                rows[inp] = inp in row_leaves
+        is_fixed = not isinstance(node.op, RandomVariable) and all(fixed[i] for i in node.inputs)
+        reads_rows = not isinstance(node.op, Shape | Shape_i) and any(rows[i] for i in node.inputs)
+        for out in node.outputs:
+            fixed[out], rows[out] = is_fixed, reads_rows
+    found, seen, stack = [], set(), list(outputs)
+    while stack:
+        var = stack.pop()
+        if var in seen or var.owner is None:
+            continue
+        seen.add(var)
+        if fixed[var] and rows[var] and isinstance(var.type, TensorType):
+            found.append(var)
+        else:
+            stack.extend(var.owner.inputs)
+    return found
+
+
+
+
+def probe_rows(lik) -> list[np.ndarray]:
+    """Overlapping row index sets that expose terms depending on which rows are present.
+
+    A shuffled proper subset, a shuffled set sharing half of it plus other rows and a
+    repeated row, and a single row (all of ``[0]`` or ``[0, 0]`` when ``N = 1``).
+    """
+    rng = np.random.default_rng(CHECK_SEED)
+    n = lik.n_rows
+    m = max(1, min(n - 1, CHECK_ROWS))
+    # O(m) memory whatever N (a permutation of all rows would be N-sized)
+    perm = rng.choice(n, size=min(n, 2 * m), replace=False).astype(np.int64)
+    first = perm[:m]
+    second = rng.permutation(np.concatenate([first[: (m + 1) // 2], perm[m : 2 * m]]))
+    second = np.append(second, second[0]).astype(np.int64)
+    return [first, second, first[:1].copy()]
+
+
+def rebuild_on_index(lik, rv: Variable) -> ObservedBlock:
+    model = lik.model
+    node = rv.owner
+    op = node.op
+    if not isinstance(op, RandomVariable | SymbolicRandomVariable):
+        raise SubsamplingModelError(
+            f"Observed variable '{rv.name}' uses {type(op).__name__}, which pymc-subsample "
+            "cannot rebuild on a row index (PyMC distributions such as Normal, Bernoulli, "
+            "Poisson, StudentT, mixtures, censored and truncated distributions, and "
+            "pm.CustomDist with a logp are supported). Write its per-row log density with "
+            "pm.CustomDist(..., logp=...), or sample with NUTS."
+        )
+    value = model.rvs_to_values[rv]
+    if op.ndim_supp >= value.type.ndim:
+        raise SubsamplingModelError(
+            f"Observed variable '{rv.name}' is a single {type(op).__name__} draw over the "
+            "whole data axis, so its log-likelihood is not a sum over rows. Subsampling "
+            "needs independent rows: give it one draw per row (rows on the first axis), "
+            "or sample with NUTS."
+        )
+    if isinstance(op, RandomVariable):
+        size = op.size_param(node)
+        params = model.replace_rvs_by_values(op.dist_params(node))
+        repl, data = _row_replacements(lik, rv.name, params, value)
+        *new_params, new_value = _replace([*params, value], repl)
+        if isinstance(size.type, NoneTypeT):
+            new_size = size
+        else:
+            new_size = pt.concatenate([lik.idx.shape[:1], size[1:]])
+        new_rv = op.make_node(op.rng_param(node), new_size, *new_params).default_output()
+        return ObservedBlock(rv.name, new_rv, new_value, data)
+    return _rebuild_symbolic(lik, rv, value)
+
+
+def _rebuild_symbolic(lik, rv: Variable, value: Variable) -> ObservedBlock:
+    """Rebuild a :class:`SymbolicRandomVariable` (mixture, censored, truncated) on ``idx``.
+
+    Its inputs (component distributions and their parameters, bounds, weights) are rebuilt
+    with the row data indexed, then PyMC's own resizing builds a new op of batch length
+    ``len(idx)``. Re-applying the old op instead would pin the static ``N`` of its inner
+    graph's inputs with a ``SpecifyShape``; the resizing makes a fresh inner graph.
+    """
+    node = rv.owner
+    op = node.op
+    inputs = lik.model.replace_rvs_by_values(node.inputs)
+    # the components' sizes (a constant ``[N, k]``) are not row data but take the row
+    # count of idx, as a plain observed variable's size does
+    sizes = {}
+    for n in toposort(inputs):
+        size = n.op.size_param(n) if isinstance(n.op, RandomVariable) else None
+        if size is not None and _leading_length(size) == lik.n_rows:
+            sizes[size] = pt.concatenate([lik.idx.shape[:1], size[1:]])
+    repl, data = _row_replacements(lik, rv.name, inputs, value, skip=sizes)
+    repl.update(sizes)
+    *new_inputs, new_value = _replace([*inputs, value], repl)
+    # a carrier node holding the indexed inputs, only read by the resizing (never run)
+    carrier = Apply(op, new_inputs, [out.type() for out in node.outputs])
+    shape = observed_shape(value)
+    batch = shape[: len(shape) - op.ndim_supp]
+    new_size = pt.concatenate(
+        [lik.idx.shape[:1], pt.as_tensor(np.asarray(batch[1:], dtype=np.int64))]
+    )
+    try:
+        new_rv = change_dist_size(carrier.outputs[node.outputs.index(rv)], new_size)
+    except (NotImplementedError, ValueError) as err:  # one PyMC cannot resize
+        raise SubsamplingModelError(
+            f"Observed variable '{rv.name}' uses {type(op).__name__}, which pymc-subsample "
+            f"cannot rebuild on a row index ({first_line(err)}). Write its per-row log "
+            "density with pm.CustomDist(..., logp=...), or sample with NUTS."
+        ) from err
+    return ObservedBlock(rv.name, new_rv, new_value, data)
+
+
+def _leading_length(size: Variable) -> int | None:
+    """The first entry of a random variable's ``size`` when it is a known constant."""
+    if isinstance(size.type, NoneTypeT) or size.type.shape[0] == 0:
+        return None
+    try:
+        return int(get_scalar_constant_value(size[0]))
+    except NotScalarConstantError:
+        return None
+
+
+def _row_replacements(
+    lik,
+    name: str,
+    graphs: list[Variable],
+    value: Variable,
+    skip: Container[Variable] = (),
+) -> tuple[dict[Variable, Variable], tuple[Variable, ...]]:
+    """Replacements indexing the row data of ``graphs`` and ``value`` by ``idx``.
+
+    Returns the replacements (row-data leaves and folded data expressions) and the
+    row-data leaves themselves; leaves in ``skip`` are never taken as row data.
+    """
+    leaves = [v for v in ancestors([*graphs, value]) if is_data_leaf(v) and v not in skip]
+    axes = {}
+    for var in leaves:
+        axis = row_axis(lik, leaf_value(var).shape, name, f"data '{data_name(var)}'")
+        if axis is not None:
+            axes[var] = axis
+    data = list(axes)
+    for var in data:
+        source = row_source_of(var)
+        if source is not None and axes[var] != 0:
+            raise SubsamplingModelError(
+                f"The pms.Data '{data_name(var)}' used by observed variable '{name}' has "
+                f"shape {source.shape}: its rows must run along the first axis. Write the "
+                "data with one row per data point (transpose before writing)."
+            )
+        arr = leaf_value(var)
+        finite = (
+            source.all_finite() if source is not None
+            else arr.dtype.kind not in "fc" or np.all(np.isfinite(arr))
+        )
+        if not finite:
+            where = "observed values" if var is value else "data"
+            raise SubsamplingModelError(
+                f"The {where} '{data_name(var)}' used by observed variable '{name}' "
+                "contain NaN or infinite entries. Drop or impute those rows before building "
+                "the model."
+            )
+    repl = {var: _rows_on_index(lik, var, axis) for var, axis in axes.items()}
+    lik._row_axes.update({var: axis for var, axis in axes.items() if axis != 0})
+    repl.update(_fold_data_expressions(lik, name, [*graphs, value], set(data), repl))
+    return repl, tuple(data)
+
+
+def _rows_on_index(lik, var: Variable, axis: int) -> Variable:
+    """``var``'s rows ``idx``: indexed in the graph, or a gathered input for pms.Data."""
+    source = row_source_of(var)
+    if source is None:
+        return _take_rows(var, axis, lik.idx)
+    if var not in lik.gathered:
+        rows = var.type.clone(shape=(None,) * var.type.ndim)(f"{var.name}[idx]")
+        lik.gathered[var] = (rows, source)
+    return lik.gathered[var][0]
+
+
+def row_axis(lik, shape: tuple[int, ...], name: str, what: str) -> int | None:
+    """The axis of ``shape`` that runs over the data rows, or ``None`` if there is none.
+
+    The first axis when its length is ``N`` (the convention); otherwise the only axis of
+    length ``N`` (``Xt`` of shape ``(d, N)``); several such axes are ambiguous.
+    """
+    if len(shape) == 0:
+        return None
+    if shape[0] == lik.n_rows:
+        return 0
+    if lik.n_rows < 2:
+        return None
+    axes = [a for a, length in enumerate(shape) if length == lik.n_rows]
+    if len(axes) > 1:
+        raise SubsamplingModelError(
+            f"The {what} used by observed variable '{name}' has shape {tuple(shape)}: axes "
+            f"{axes} all have the number of rows N = {lik.n_rows}, so the row axis is "
+            "ambiguous. Put one row per data point on the first axis of every data array "
+            "(e.g. pass X rather than X.T), or sample with NUTS."
+        )
+    return axes[0] if axes else None
+
+
+def _fold_data_expressions(
+    lik, name: str, outputs: list[Variable], row_leaves: set[Variable], leaf_repl: dict
+) -> dict[Variable, Variable]:
+    """Replacements freezing the row-data expressions that do not commute with indexing.
+
+    Each maximal parameter-free subgraph that reads row data (``x - x.mean()``) is
+    evaluated on all rows. If it has no row axis (``X.mean(0)``) it becomes a constant; if
+    it does and rebuilding it on a few row sets gives the full-data values of those rows
+    (``X[:, 0]``, ``log(x)``), it stays symbolic, so ``pm.set_data`` keeps reaching it;
+    otherwise it becomes a constant indexed by ``idx`` along its row axis.
+    """
+    exprs = _data_expressions(outputs, row_leaves)
+    on_sources = [e for e in exprs if any(v in lik.gathered for v in ancestors([e]))]
+    _check_row_wise_on_sources(lik, name, on_sources, leaf_repl)
+    exprs = [e for e in exprs if e not in on_sources]
+    if not exprs:
+        return {}
+    on_idx = _replace(exprs, leaf_repl)
+    fn = lik.compile([lik.idx], [*exprs, *on_idx])
+    probes = probe_rows(lik)
+    try:
+        runs = [fn(rows) for rows in probes]
+    except Exception as err:  # reported with the variable's name
+        raise SubsamplingModelError(
+            f"Evaluating the data expressions of observed variable '{name}' on a subset of "
+            f"rows failed ({first_line(err)}). Put one row "
+            "per data point on the first axis of every data array, or sample with NUTS."
+        ) from err
+    repl = {}
+    for k, expr in enumerate(exprs):
+        full = np.asarray(runs[0][k])
+        names = sorted({data_name(v) for v in ancestors([expr]) if v in row_leaves})
+        what = f"expression of the data {names}"
+        if full.dtype.kind in "fc" and np.isnan(full).any():
+            raise SubsamplingModelError(
+                f"The {what} used by observed variable '{name}' evaluates to NaN on the full "
+                "data (e.g. dividing by the standard deviation of a constant column). Fix "
+                "the expression or drop the offending column before building the model."
+            )
+        axis = row_axis(lik, full.shape, name, what)
+        if axis is None:
+            repl[expr] = pt.constant(full, dtype=expr.dtype)
+            continue
+        row_wise = all(
+            _same_values(run[len(exprs) + k], np.take(full, rows, axis=axis))
+            for rows, run in zip(probes, runs, strict=True)
+        )
+        if not row_wise:
+            const = pt.constant(full, dtype=expr.dtype)
+            repl[expr] = _take_rows(const, axis, lik.idx)
+    return repl
+
+
+def _check_row_wise_on_sources(
+    lik, name: str, exprs: list[Variable], leaf_repl: dict
+) -> None:
+    """Refuse expressions of pms.Data rows that read other rows (``x - x.mean()``).
+
+    They cannot be folded on the full data without reading it all, so each must be
+    row-wise: evaluated on overlapping row sets (:meth:`_probe_rows`) and on all of them
+    together, a row's value must not depend on which other rows are present.
+    """
+    if not exprs:
+        return
+    on_idx = _replace(exprs, leaf_repl)
+    fn = lik.compile([lik.idx], on_idx, once=True)
+    probes = probe_rows(lik)
+    union = np.unique(np.concatenate(probes))
+    together = fn(union)
+    runs = [fn(rows) for rows in probes]
+    for k, expr in enumerate(exprs):
+        ref = np.asarray(together[k])
+        if ref.ndim >= 1 and ref.shape[0] == union.size and all(
+            _same_values(run[k], ref[np.searchsorted(union, rows)])
+            for rows, run in zip(probes, runs, strict=True)
+        ):
+            continue
+        names = sorted({data_name(v) for v in ancestors([expr]) if v in lik.gathered})
+        raise SubsamplingModelError(
+            f"Observed variable '{name}' uses an expression of the pms.Data {names} that "
+            "combines rows (a mean, a standard deviation, a sort along the rows). Reading "
+            "it needs every row: compute it before writing the data (standardise the "
+            "columns in the writer), or use pm.Data for data that fit in memory."
+        )
+
+
+def row_logp(block: ObservedBlock):
+    stable = stable_bernoulli_logp(block.rv, block.value)
+    if stable is not None:
+        return stable
+    logp = pm.logp(block.rv, block.value)
+    if any(isinstance(n.op, RandomVariable) for n in toposort([logp])):
+        # a mixture's logp reads its components' shapes: without this rewrite every call
+        # would also draw the components (PyMC's compile adds their RNG updates), some on
+        # all N rows
+        logp = rewrite_graph(logp, include=("canonicalize",))
+    if logp.ndim == 0:
+        raise SubsamplingModelError(
+            f"The log-likelihood of observed variable '{block.name}' is a single joint term "
+            "over all rows (e.g. a multivariate distribution across the data axis), not a sum "
+            "over rows. Subsampling needs independent rows: reshape it so each row is one "
+            "draw, or sample with NUTS."
+        )
+    if logp.ndim > 1:
+        logp = logp.sum(axis=tuple(range(1, logp.ndim)))
+    return logp
