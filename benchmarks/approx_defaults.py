@@ -79,7 +79,7 @@ def methods(n, part):
         out.append((f"Austerity pcn cv2 m={m}", lambda m=m: pms.AusterityMH(
             proposal="pcn", cv_order=2, batch_size=m), *std))
     out.append(("Austerity indep cv2 m=500", lambda: pms.AusterityMH(
-        proposal="independence", cv_order=2), *std))
+        proposal="independence", cv_order=2, batch_size=500), *std))
     out.append(("Barker pcn cv2 m=100, floor 0.7", lambda: _old_floor(pms.BarkerMinibatch(
         proposal="pcn", cv_order=2)), *std))
     for m in (50, 100, 500):
