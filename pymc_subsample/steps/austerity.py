@@ -25,7 +25,7 @@ from pymc_subsample.kernels.austerity import (
 from pymc_subsample.kernels.indexing import WithoutReplacementSampler
 from pymc_subsample.model.reference import fit_reference
 from pymc_subsample.proposals.proposal import LangevinProposal
-from pymc_subsample.steps.base import SubsamplingStep
+from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep
 
 __all__ = ["AusterityMH"]
 
@@ -164,13 +164,10 @@ class AusterityMH(SubsamplingStep):
     default_target_accept = 0.234
     needs_reference_point = False
     stats_dtypes_shapes = {
-        "accepted": (bool, []),
-        "n_data": (np.int64, []),
+        **COMMON_STATS,
         "n_batches": (np.int64, []),
         "p_value": (np.float64, []),
         "exact_decision": (bool, []),
-        "non_finite": (bool, []),
-        "scaling": (np.float64, []),
     }
 
     def __init__(
@@ -270,7 +267,7 @@ class AusterityMH(SubsamplingStep):
         lik = self.likelihood
         reference = self.reference
         if reference is None:  # a user proposal_cov and no control variates
-            reference = fit_reference(lik, self._data_pass(), map_point=map_point)
+            reference = fit_reference(lik, self._data_pass(lik, self.cv_order), map_point=map_point)
             self.theta_hat = reference.theta_hat
         g_sum, h_sum = reference.grad_sum, reference.hess_sum
         grad_p0 = lik.compile([lik.theta], grad(lik.logp0_graph, lik.theta))
@@ -318,16 +315,9 @@ class AusterityMH(SubsamplingStep):
         lik = self.likelihood
         return lik.sum_over_rows(lambda idx: lik.loglik_diff(theta, theta_new, idx))
 
-    def _decide(
-        self,
-        theta: np.ndarray,
-        theta_new: np.ndarray,
-        log_rest: float,
-        phi: np.ndarray,
-        phi_new: np.ndarray,
-    ) -> tuple[bool, dict[str, Any]]:
+    def _decide(self, move: Move) -> tuple[bool, dict[str, Any]]:
         log_u = math.log1p(-self.rng_accept.random())  # u = 1 − U ∈ (0, 1]: log u finite
-        result = self.sequential_test(theta, theta_new, log_u, log_rest)
+        result = self.sequential_test(move.theta, move.theta_new, log_u, move.log_rest)
         stats = {
             "n_data": result.n_data,
             "n_batches": result.n_batches,

@@ -17,7 +17,7 @@ import numpy as np
 from pymc_subsample.errors import positive_int
 from pymc_subsample.kernels.barker import BarkerResult, barker_minibatch_test, validate_barker_knobs
 from pymc_subsample.kernels.barker_correction import SIGMA_MAX, load_correction
-from pymc_subsample.steps.base import SubsamplingStep
+from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep
 
 __all__ = ["BarkerMinibatch"]
 
@@ -171,12 +171,9 @@ class BarkerMinibatch(SubsamplingStep):
     default_target_accept = 0.2
     needs_reference_point = False
     stats_dtypes_shapes = {
-        "accepted": (bool, []),
-        "n_data": (np.int64, []),
+        **COMMON_STATS,
         "s2": (np.float64, []),
         "error_bound": (np.float64, []),
-        "non_finite": (bool, []),
-        "scaling": (np.float64, []),
     }
 
     def __init__(
@@ -234,14 +231,7 @@ class BarkerMinibatch(SubsamplingStep):
             delta=self.delta,
         )
 
-    def _decide(
-        self,
-        theta: np.ndarray,
-        theta_new: np.ndarray,
-        log_rest: float,
-        phi: np.ndarray,
-        phi_new: np.ndarray,
-    ) -> tuple[bool, dict[str, Any]]:
-        result = self.barker_test(theta, theta_new, log_rest)
+    def _decide(self, move: Move) -> tuple[bool, dict[str, Any]]:
+        result = self.barker_test(move.theta, move.theta_new, move.log_rest)
         stats = {"n_data": result.n_data, "s2": result.s2, "error_bound": result.error_bound}
         return result.accepted, stats
