@@ -215,16 +215,10 @@ class MHSS(SubsamplingStep):
             n_rows=self.row_constants.size,
             # the counted full-data fallback: the same remainders, chunk by chunk over all rows
             full_remainder_sum=lambda: self.likelihood.sum_over_rows(remainder),
-            rng_index=self.rng_index,
-            rng_accept=self.rng_accept,
+            rng_index=self.rng_index, rng_accept=self.rng_accept,
         )
-        stats = {
-            "accept_stage1": info.accept_stage1,
-            "n_data": info.n_data,
-            "expected_rows": info.expected_rows,
-            "full_data_fallback": info.full_data_fallback,
-            "clipped": info.clipped,
-        }
+        stats = {name: getattr(info, name) for name in (
+            "accept_stage1", "n_data", "expected_rows", "full_data_fallback", "clipped")}
         if not self.tune:
             self._count_fallback(info.full_data_fallback)
         return info.accepted, stats
