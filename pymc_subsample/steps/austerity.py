@@ -12,8 +12,6 @@ import operator
 from typing import Any
 
 import numpy as np
-import pytensor.tensor as pt
-from pytensor.gradient import grad
 
 from pymc_subsample.errors import positive_int
 from pymc_subsample.kernels.austerity import (
@@ -22,21 +20,16 @@ from pymc_subsample.kernels.austerity import (
     sequential_mh_test,
     validate_austerity_knobs,
 )
-from pymc_subsample.kernels.indexing import WithoutReplacementSampler
+from pymc_subsample.model.langevin import (
+    check_langevin_options,
+    langevin_proposal,
+    minibatch_gradient,
+    surrogate_gradient,
+)
 from pymc_subsample.model.reference import fit_reference
-from pymc_subsample.proposals.proposal import LangevinProposal
 from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep
 
 __all__ = ["AusterityMH"]
-
-_PROPOSALS = ("random_walk", "langevin", "pcn", "independence")
-_GRADIENTS = ("minibatch", "surrogate")
-
-
-def _check_epsilon_and_batch_size(epsilon, batch_size) -> None:
-    """The checks that do not need ``N``, run before the (costly) model setup."""
-    validate_austerity_knobs(epsilon, 1, 1)  # ε alone: batch 1 of 1 row always passes
-    positive_int("batch_size", batch_size, "rows added at each step of the sequential test")
 
 
 class AusterityMH(SubsamplingStep):
@@ -126,17 +119,7 @@ class AusterityMH(SubsamplingStep):
     Index draws and ``u`` come from separate child streams of the step's generator; the
     Langevin minibatch comes from the proposal's stream.
 
-    Data read and bias without control variates. For a random walk scaled to the posterior,
-    ``l_i ≈ ∇ℓ_i(θ)ᵀ(θ' − θ)`` and the standard error of the estimate of ``N·μ`` after ``n`` rows
-    is about ``κ·√(N/n)``, while ``N(μ − μ0) = Δ − log u`` is O(1). The test therefore stops
-    after a fraction of about ``t²κ²/(t²κ² + (Δ − log u)²)`` of the rows (``t`` the Student-t
-    quantile at ``ε``) *whatever N is*: around half the data or more at ``ε = 0.01`` for any
-    reasonably tuned κ. Each batch is a chance to stop on a fluctuation, so wrong decisions
-    (and the bias, which shows as a too-wide posterior: downhill moves are wrongly accepted
-    more often than uphill ones are wrongly rejected) grow with ``ε`` and with the number of
-    batches ``N / batch_size``. With order-2 control variates the remainders ``ξ_i`` are
-    third order in the step, the test decides after the first batch near the mode, and
-    wrong decisions become rare.
+    Data read and bias without control variates: ``docs/methods/austerity.md``.
 
     References
     ----------
@@ -183,27 +166,13 @@ class AusterityMH(SubsamplingStep):
         gradient_batch_size: int | None = None,
         **kwargs,
     ):
-        _check_epsilon_and_batch_size(epsilon, batch_size)
-        if proposal not in _PROPOSALS:
-            raise ValueError(f"proposal must be one of {_PROPOSALS}; got {proposal!r}")
-        if proposal == "langevin":
-            if langevin_gradient is None:
-                langevin_gradient = "surrogate" if cv_order is not None else "minibatch"
-            if langevin_gradient not in _GRADIENTS:
-                raise ValueError(
-                    f"langevin_gradient must be one of {_GRADIENTS} or None; got "
-                    f"{langevin_gradient!r}"
-                )
-            if langevin_gradient == "minibatch":
-                if gradient_batch_size is None:
-                    gradient_batch_size = batch_size
-                _check_gradient_batch_size(gradient_batch_size)
-            if kwargs.get("target_accept") is None:
-                kwargs["target_accept"] = 0.574  # MALA (Roberts & Rosenthal 1998)
-        elif langevin_gradient is not None or gradient_batch_size is not None:
-            raise ValueError(
-                "langevin_gradient and gradient_batch_size only apply to proposal='langevin'"
-            )
+        # the checks that do not need N, before the (costly) setup; ε alone: 1 row of 1 passes
+        validate_austerity_knobs(epsilon, 1, 1)
+        positive_int("batch_size", batch_size, "rows added at each step of the sequential test")
+        langevin_gradient, gradient_batch_size = check_langevin_options(
+            proposal, langevin_gradient, gradient_batch_size, batch_size, cv_order)
+        if proposal == "langevin" and kwargs.get("target_accept") is None:
+            kwargs["target_accept"] = 0.574  # MALA (Roberts & Rosenthal 1998)
         super().__init__(
             vars,
             cv_order=cv_order,
@@ -219,64 +188,21 @@ class AusterityMH(SubsamplingStep):
         self.proposal_rows = 0
         self.gradient_draw = None
         if proposal == "langevin":
+            lik = self.likelihood
             if langevin_gradient == "minibatch":
-                gradient_batch_size = operator.index(gradient_batch_size)
-                if gradient_batch_size > self.n_rows:
-                    raise ValueError(
-                        f"gradient_batch_size must be in [1, N] = [1, {self.n_rows}]; got "
-                        f"{gradient_batch_size}"
-                    )
-                draw = self._minibatch_gradient(gradient_batch_size)
-                self.proposal_rows = gradient_batch_size
+                draw = minibatch_gradient(lik, gradient_batch_size)
+                self.proposal_rows = operator.index(gradient_batch_size)
             else:
-                draw = self._surrogate_gradient(kwargs.get("map_point"))
+                reference = self.reference
+                if reference is None:  # a user proposal_cov and no control variates
+                    reference = fit_reference(lik, self._data_pass(lik, self.cv_order),
+                                              map_point=kwargs.get("map_point"))
+                    self.theta_hat = reference.theta_hat
+                draw = surrogate_gradient(lik, reference.grad_sum, reference.hess_sum,
+                                          self.theta_hat)
             self.gradient_draw = draw  # in θ; the proposal gets it in the whitened frame
-            walk = self.proposal
-            self.proposal = LangevinProposal(
-                walk.chol @ walk.chol.T, walk.scale, self._in_frame(draw), base=walk.base
-            )
+            self.proposal = langevin_proposal(self.proposal, self.frame, draw)
             self._initial_parameter = self.proposal.parameter
-
-    # ------------------------------------------------------------------ Langevin gradients
-    def _in_frame(self, draw):
-        """Gradients in ``θ`` as gradients in the whitened ``φ`` the proposal moves."""
-        frame = self.frame
-
-        def draw_phi(rng: np.random.Generator):
-            grad_theta = draw(rng)
-            return lambda phi: frame.whiten_gradient(grad_theta(frame.unwhiten(phi)))
-
-        return draw_phi
-
-    def _minibatch_gradient(self, m: int):
-        """SGLD estimate ``∇ log p0(θ) + (N/m) Σ_{i∈B} ∇ℓ_i(θ)`` on one minibatch ``B``."""
-        lik = self.likelihood
-        n_over_m = pt.cast(lik.n_rows, "float64") / pt.cast(lik.idx.shape[0], "float64")
-        estimate = grad(lik.logp0_graph, lik.theta) + n_over_m * grad(lik.terms.sum(), lik.theta)
-        fn = lik.compile([lik.theta, lik.idx], estimate)
-        n_rows = self.n_rows
-
-        def draw(rng: np.random.Generator):
-            batch = WithoutReplacementSampler(n_rows, rng).next(m)
-            return lambda theta: fn(theta, batch)
-
-        return draw
-
-    def _surrogate_gradient(self, map_point):
-        """Gradient of the order-2 Taylor surrogate ``∇ log p0(θ) + G + H(θ − θ̂)``."""
-        lik = self.likelihood
-        reference = self.reference
-        if reference is None:  # a user proposal_cov and no control variates
-            reference = fit_reference(lik, self._data_pass(lik, self.cv_order), map_point=map_point)
-            self.theta_hat = reference.theta_hat
-        g_sum, h_sum = reference.grad_sum, reference.hess_sum
-        grad_p0 = lik.compile([lik.theta], grad(lik.logp0_graph, lik.theta))
-        theta_hat = self.theta_hat
-
-        def gradient(theta: np.ndarray) -> np.ndarray:
-            return grad_p0(theta) + g_sum + h_sum @ (theta - theta_hat)
-
-        return lambda rng: gradient
 
     # ------------------------------------------------------------------ the test
     def sequential_test(
@@ -298,15 +224,10 @@ class AusterityMH(SubsamplingStep):
         if not log_rest > -math.inf:
             return SequentialTestResult(False, 0, 0, 0.0, True)
         cv_sum, row_diffs = self._row_differences(theta, theta_new)
-
         mu0 = austerity_mu0(log_u, log_rest, 0.0, self.n_rows, cv_sum)
         return sequential_mh_test(
-            row_diffs,
-            self.n_rows,
-            mu0,
-            epsilon=self.epsilon if epsilon is None else epsilon,
-            batch_size=self.batch_size,
-            rng=self.rng_index if rng is None else rng,
+            row_diffs, self.n_rows, mu0, epsilon=self.epsilon if epsilon is None else epsilon,
+            batch_size=self.batch_size, rng=self.rng_index if rng is None else rng,
         )
 
     def loglik_diff_sum(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
@@ -326,6 +247,3 @@ class AusterityMH(SubsamplingStep):
         }
         return result.accepted, stats
 
-
-def _check_gradient_batch_size(value) -> None:
-    positive_int("gradient_batch_size", value, "rows of the SGLD minibatch")
