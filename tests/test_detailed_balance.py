@@ -50,6 +50,7 @@ from pymc_subsample.datasets import (
     random_effects_model,
 )
 from pymc_subsample.kernels.mhss import mhss_accept
+from pymc_subsample.steps.base import Move
 
 #: Decisions per direction.
 REPEATS = 3000
@@ -60,8 +61,8 @@ Z_MAX = 4.5
 def decide(step, theta, theta_new, log_rest):
     """The step's decision on ``θ → θ'`` with ``log_rest = log p0(θ') − log p0(θ)``: the one
     call into its private API."""
-    return step._decide(theta, theta_new, log_rest, step.frame.whiten(theta),
-                        step.frame.whiten(theta_new))
+    return step._decide(Move(theta, theta_new, step.frame.whiten(theta),
+                             step.frame.whiten(theta_new), log_rest))
 
 
 def _pair(dim, radius, radius_new, seed):

@@ -37,10 +37,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .barker_correction import CorrectionDistribution
+from ..errors import positive_int
+from .barker_correction import SIGMA_MAX, CorrectionDistribution
 from .indexing import WithoutReplacementSampler
 
 __all__ = [
+    "validate_barker_step_knobs",
     "BarkerResult",
     "barker_error_estimate",
     "barker_minibatch_test",
@@ -278,3 +280,31 @@ def barker_minibatch_test(
     x_nc = math.sqrt(sigma2 - s2) * float(rng.standard_normal())
     x_corr = float(correction.sample(rng))
     return BarkerResult(bool(delta_star + x_nc + x_corr > 0.0), n, float(s2), float(error))
+
+def validate_barker_step_knobs(batch_size, delta, sigma, temperature) -> None:
+    """BarkerMinibatch's knobs, checked before the (costly) model setup: ``batch_size``,
+    ``delta``, ``sigma`` (of ``X_norm``, below the logistic sd) and ``temperature``."""
+    batch_size = positive_int(
+        "batch_size", batch_size,
+        "rows added at each growth step of the test, m in Seita et al. 2017, Algorithm 1",
+    )
+    validate_barker_knobs(batch_size, batch_size, delta)  # batch_size >= 2 and delta in (0, 1)
+    try:
+        sigma_value = float(sigma)
+    except (TypeError, ValueError):
+        raise ValueError(f"sigma must be a real number; got {sigma!r}") from None
+    if not 0.0 < sigma_value < SIGMA_MAX:
+        raise ValueError(
+            f"sigma must satisfy 0 < sigma < pi/sqrt(3) ≈ {SIGMA_MAX:.4f}, the standard deviation "
+            f"of the logistic distribution: X_norm ~ N(0, sigma²) must leave room for the "
+            f"correction variable X_corr in X_log = X_norm + X_corr; got sigma={sigma!r}"
+        )
+    try:
+        temp_value = float(temperature)
+    except (TypeError, ValueError):
+        raise ValueError(f"temperature must be a positive number; got {temperature!r}") from None
+    if not (math.isfinite(temp_value) and temp_value > 0):
+        raise ValueError(
+            f"temperature must be a positive finite number; got {temperature!r}. "
+            "Use temperature=1.0 for the true posterior."
+        )

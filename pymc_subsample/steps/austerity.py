@@ -12,8 +12,6 @@ import operator
 from typing import Any
 
 import numpy as np
-import pytensor.tensor as pt
-from pytensor.gradient import grad
 
 from pymc_subsample.errors import positive_int
 from pymc_subsample.kernels.austerity import (
@@ -22,22 +20,17 @@ from pymc_subsample.kernels.austerity import (
     sequential_mh_test,
     validate_austerity_knobs,
 )
-from pymc_subsample.kernels.indexing import WithoutReplacementSampler
+from pymc_subsample.model.langevin import (
+    check_langevin_options,
+    langevin_proposal,
+    minibatch_gradient,
+    surrogate_gradient,
+)
 from pymc_subsample.model.reference import fit_reference
-from pymc_subsample.proposals.proposal import LangevinProposal
-from pymc_subsample.steps.base import SubsamplingStep
-from pymc_subsample.steps.rows_warning import ROWS_WARN_SHARE, RowsReadCounter
+from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep
+from pymc_subsample.steps.rows_warning import RowsReadCounter, austerity_rows_advice
 
 __all__ = ["AusterityMH"]
-
-_PROPOSALS = ("random_walk", "langevin", "pcn", "independence")
-_GRADIENTS = ("minibatch", "surrogate")
-
-
-def _check_epsilon_and_batch_size(epsilon, batch_size) -> None:
-    """The checks that do not need ``N``, run before the (costly) model setup."""
-    validate_austerity_knobs(epsilon, 1, 1)  # ε alone: batch 1 of 1 row always passes
-    positive_int("batch_size", batch_size, "rows added at each step of the sequential test")
 
 
 class AusterityMH(RowsReadCounter, SubsamplingStep):
@@ -71,12 +64,9 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
     epsilon : float
         Bound ``ε ∈ [0, 1)`` on the p-value at which the test decides. 0 is exact MH.
     batch_size : int
-        Rows added per step of the test (``m``), in ``[1, N]``. The t-approximation needs the
-        central limit theorem to hold for a batch: the paper (Sec. 5.5) uses a few hundred rows
-        for the raw differences. The default, 100, is for the control-variate remainders, whose
-        tests mostly decide on the first batch: on 10⁵ × 10 logistic data it read 256 rows per
-        iteration against 719 for 500, with no bias measurable against an exact run
-        (``docs/benchmarks.md``).
+        Rows added per step of the test (``m``), in ``[1, N]``. The paper (Sec. 5.5) uses a few
+        hundred for the raw differences; 100 suits the control-variate remainders, whose tests
+        mostly decide on the first batch (``docs/benchmarks.md``).
     cv_order : {2, 1, None}
         Taylor control variates at the reference point (``docs/methods/mhss.md``), order 2 by
         default; ``None`` for none (the paper's setting: near the posterior the test then
@@ -94,21 +84,11 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
         :class:`~pymc_subsample.proposals.LangevinProposal` ``θ' = θ + (s²/2)Vĝ(θ) + s·chol(V)z``
         with the same ``V`` and scale ``s``; its ``log q`` ratio enters ``μ0``.
     langevin_gradient : {None, "minibatch", "surrogate"}
-        The gradient estimate ``ĝ`` of ``∇ log π`` for ``proposal="langevin"``:
-
-        * ``"minibatch"`` (SGLD, paper Sec. 5.4, Eq. 13):
-          ``∇ log p0(θ) + (N/m_g) Σ_{i∈B} ∇ℓ_i(θ)`` on a minibatch ``B`` of ``m_g`` rows drawn
-          without replacement once per proposal, independently of ``θ``. The same ``B`` is used
-          at ``θ'`` for the reverse density, so each minibatch's kernel has a computable MH
-          correction (Eq. 14) and the mixture over minibatches keeps detailed balance. Cost:
-          gradients of ``m_g`` rows at two points per iteration, on top of the test's rows.
-        * ``"surrogate"``: the gradient of the second-order Taylor surrogate of the
-          log-likelihood at ``θ̂``, ``∇ log p0(θ) + G + H(θ − θ̂)`` (``docs/methods/mhss.md``).
-          Deterministic, O(d²) per evaluation, reads no data after the one setup pass that
-          computes ``G`` and ``H`` (shared with the control variates when ``cv_order`` is set).
-
-        ``None`` picks ``"surrogate"`` when ``cv_order`` is set (``G``, ``H`` are already there)
-        and ``"minibatch"`` when it is ``None`` or ``gradient_batch_size`` is given.
+        The gradient estimate ``ĝ`` of ``∇ log π`` for ``proposal="langevin"``: ``"minibatch"``
+        (SGLD, paper Sec. 5.4, Eq. 13; one minibatch of ``m_g`` rows per proposal, used for
+        the reverse density too) or ``"surrogate"`` (the order-2 Taylor surrogate at ``θ̂``,
+        no data read); ``docs/methods/austerity.md``. ``None`` picks ``"surrogate"`` when
+        ``cv_order`` is set and ``gradient_batch_size`` is not, else ``"minibatch"``.
     gradient_batch_size : int, optional
         ``m_g`` for ``langevin_gradient="minibatch"``; defaults to ``batch_size``.
     **kwargs
@@ -119,38 +99,20 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
 
     Attributes
     ----------
-    epsilon, batch_size : float, int
-        The knobs, validated.
+    epsilon, batch_size : float, int (the knobs, validated)
     proposal_rows : int
         Rows whose gradient the proposal reads per iteration (``m_g`` for the minibatch
         Langevin gradient, else 0); not included in the ``n_data`` stat.
 
     Notes
     -----
-    Sampler stats per draw: ``accepted``; ``n_data`` (rows read by the test); ``n_batches``;
-    ``p_value`` (the final ``δ``; 0 for an exact decision); ``exact_decision`` (all ``N`` rows
-    were read, so the decision is the exact MH one; also True for a proposal of zero prior
-    density or a non-finite Langevin gradient, rejected without reading data); ``scaling``
-    (κ, the scale relative to ``1/√d``); ``non_finite`` (the prior, proposal ratio or a row term
-    read was NaN or infinite: the proposal was rejected).
+    Sampler stats per draw: the README's table (also in ``docs/getting-started.md``).
 
     A chain whose tests read more than 10% of the rows per iteration on average, over at least
     500 draws after tuning, warns once, naming the knob that would lower it.
 
-    Index draws and ``u`` come from separate child streams of the step's generator; the
-    Langevin minibatch comes from the proposal's stream.
-
-    Data read and bias without control variates. For a random walk scaled to the posterior,
-    ``l_i ≈ ∇ℓ_i(θ)ᵀ(θ' − θ)`` and the standard error of the estimate of ``N·μ`` after ``n`` rows
-    is about ``κ·√(N/n)``, while ``N(μ − μ0) = Δ − log u`` is O(1). The test therefore stops
-    after a fraction of about ``t²κ²/(t²κ² + (Δ − log u)²)`` of the rows (``t`` the Student-t
-    quantile at ``ε``) *whatever N is*: around half the data or more at ``ε = 0.01`` for any
-    reasonably tuned κ. Each batch is a chance to stop on a fluctuation, so wrong decisions
-    (and the bias, which shows as a too-wide posterior: downhill moves are wrongly accepted
-    more often than uphill ones are wrongly rejected) grow with ``ε`` and with the number of
-    batches ``N / batch_size``. With order-2 control variates the remainders ``ξ_i`` are
-    third order in the step, the test decides after the first batch near the mode, and
-    wrong decisions become rare.
+    Index draws and ``u`` come from separate child streams of the step's generator, the
+    Langevin minibatch from the proposal's. Data read and bias: ``docs/methods/austerity.md``.
 
     References
     ----------
@@ -179,13 +141,10 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
     default_target_accept = 0.234
     needs_reference_point = False
     stats_dtypes_shapes = {
-        "accepted": (bool, []),
-        "n_data": (np.int64, []),
+        **COMMON_STATS,
         "n_batches": (np.int64, []),
         "p_value": (np.float64, []),
         "exact_decision": (bool, []),
-        "non_finite": (bool, []),
-        "scaling": (np.float64, []),
     }
 
     def __init__(
@@ -201,34 +160,17 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
         gradient_batch_size: int | None = None,
         **kwargs,
     ):
-        _check_epsilon_and_batch_size(epsilon, batch_size)
         if proposal is None:  # a user's random-walk covariance asks for the random walk
             proposal = (
                 "random_walk" if kwargs.get("proposal_cov") is not None else self.default_proposal
             )
-        if proposal not in _PROPOSALS:
-            raise ValueError(f"proposal must be one of {_PROPOSALS}; got {proposal!r}")
-        if proposal == "langevin":
-            if langevin_gradient is None:
-                langevin_gradient = (
-                    "minibatch" if cv_order is None or gradient_batch_size is not None
-                    else "surrogate"
-                )
-            if langevin_gradient not in _GRADIENTS:
-                raise ValueError(
-                    f"langevin_gradient must be one of {_GRADIENTS} or None; got "
-                    f"{langevin_gradient!r}"
-                )
-            if langevin_gradient == "minibatch":
-                if gradient_batch_size is None:
-                    gradient_batch_size = batch_size
-                _check_gradient_batch_size(gradient_batch_size)
-            if kwargs.get("target_accept") is None:
-                kwargs["target_accept"] = 0.574  # MALA (Roberts & Rosenthal 1998)
-        elif langevin_gradient is not None or gradient_batch_size is not None:
-            raise ValueError(
-                "langevin_gradient and gradient_batch_size only apply to proposal='langevin'"
-            )
+        # the checks that do not need N, before the (costly) setup; ε alone: 1 row of 1 passes
+        validate_austerity_knobs(epsilon, 1, 1)
+        positive_int("batch_size", batch_size, "rows added at each step of the sequential test")
+        langevin_gradient, gradient_batch_size = check_langevin_options(
+            proposal, langevin_gradient, gradient_batch_size, batch_size, cv_order)
+        if proposal == "langevin" and kwargs.get("target_accept") is None:
+            kwargs["target_accept"] = 0.574  # MALA (Roberts & Rosenthal 1998)
         super().__init__(
             vars,
             cv_order=cv_order,
@@ -244,64 +186,21 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
         self.proposal_rows = 0
         self.gradient_draw = None
         if proposal == "langevin":
+            lik = self.likelihood
             if langevin_gradient == "minibatch":
-                gradient_batch_size = operator.index(gradient_batch_size)
-                if gradient_batch_size > self.n_rows:
-                    raise ValueError(
-                        f"gradient_batch_size must be in [1, N] = [1, {self.n_rows}]; got "
-                        f"{gradient_batch_size}"
-                    )
-                draw = self._minibatch_gradient(gradient_batch_size)
-                self.proposal_rows = gradient_batch_size
+                draw = minibatch_gradient(lik, gradient_batch_size)
+                self.proposal_rows = operator.index(gradient_batch_size)
             else:
-                draw = self._surrogate_gradient(kwargs.get("map_point"))
+                reference = self.reference
+                if reference is None:  # a user proposal_cov and no control variates
+                    reference = fit_reference(lik, self._data_pass(lik, self.cv_order),
+                                              map_point=kwargs.get("map_point"))
+                    self.theta_hat = reference.theta_hat
+                draw = surrogate_gradient(lik, reference.grad_sum, reference.hess_sum,
+                                          self.theta_hat)
             self.gradient_draw = draw  # in θ; the proposal gets it in the whitened frame
-            walk = self.proposal
-            self.proposal = LangevinProposal(
-                walk.chol @ walk.chol.T, walk.scale, self._in_frame(draw), base=walk.base
-            )
+            self.proposal = langevin_proposal(self.proposal, self.frame, draw)
             self._initial_parameter = self.proposal.parameter
-
-    # ------------------------------------------------------------------ Langevin gradients
-    def _in_frame(self, draw):
-        """Gradients in ``θ`` as gradients in the whitened ``φ`` the proposal moves."""
-        frame = self.frame
-
-        def draw_phi(rng: np.random.Generator):
-            grad_theta = draw(rng)
-            return lambda phi: frame.whiten_gradient(grad_theta(frame.unwhiten(phi)))
-
-        return draw_phi
-
-    def _minibatch_gradient(self, m: int):
-        """SGLD estimate ``∇ log p0(θ) + (N/m) Σ_{i∈B} ∇ℓ_i(θ)`` on one minibatch ``B``."""
-        lik = self.likelihood
-        n_over_m = pt.cast(lik.n_rows, "float64") / pt.cast(lik.idx.shape[0], "float64")
-        estimate = grad(lik.logp0_graph, lik.theta) + n_over_m * grad(lik.terms.sum(), lik.theta)
-        fn = lik.compile([lik.theta, lik.idx], estimate)
-        n_rows = self.n_rows
-
-        def draw(rng: np.random.Generator):
-            batch = WithoutReplacementSampler(n_rows, rng).next(m)
-            return lambda theta: fn(theta, batch)
-
-        return draw
-
-    def _surrogate_gradient(self, map_point):
-        """Gradient of the order-2 Taylor surrogate ``∇ log p0(θ) + G + H(θ − θ̂)``."""
-        lik = self.likelihood
-        reference = self.reference
-        if reference is None:  # a user proposal_cov and no control variates
-            reference = fit_reference(lik, self._data_pass(), map_point=map_point)
-            self.theta_hat = reference.theta_hat
-        g_sum, h_sum = reference.grad_sum, reference.hess_sum
-        grad_p0 = lik.compile([lik.theta], grad(lik.logp0_graph, lik.theta))
-        theta_hat = self.theta_hat
-
-        def gradient(theta: np.ndarray) -> np.ndarray:
-            return grad_p0(theta) + g_sum + h_sum @ (theta - theta_hat)
-
-        return lambda rng: gradient
 
     # ------------------------------------------------------------------ the test
     def sequential_test(
@@ -323,15 +222,10 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
         if not log_rest > -math.inf:
             return SequentialTestResult(False, 0, 0, 0.0, True)
         cv_sum, row_diffs = self._row_differences(theta, theta_new)
-
         mu0 = austerity_mu0(log_u, log_rest, 0.0, self.n_rows, cv_sum)
         return sequential_mh_test(
-            row_diffs,
-            self.n_rows,
-            mu0,
-            epsilon=self.epsilon if epsilon is None else epsilon,
-            batch_size=self.batch_size,
-            rng=self.rng_index if rng is None else rng,
+            row_diffs, self.n_rows, mu0, epsilon=self.epsilon if epsilon is None else epsilon,
+            batch_size=self.batch_size, rng=self.rng_index if rng is None else rng,
         )
 
     def loglik_diff_sum(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
@@ -340,16 +234,9 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
         lik = self.likelihood
         return lik.sum_over_rows(lambda idx: lik.loglik_diff(theta, theta_new, idx))
 
-    def _decide(
-        self,
-        theta: np.ndarray,
-        theta_new: np.ndarray,
-        log_rest: float,
-        phi: np.ndarray,
-        phi_new: np.ndarray,
-    ) -> tuple[bool, dict[str, Any]]:
+    def _decide(self, move: Move) -> tuple[bool, dict[str, Any]]:
         log_u = math.log1p(-self.rng_accept.random())  # u = 1 − U ∈ (0, 1]: log u finite
-        result = self.sequential_test(theta, theta_new, log_u, log_rest)
+        result = self.sequential_test(move.theta, move.theta_new, log_u, move.log_rest)
         self._count_rows(result.n_data)
         stats = {
             "n_data": result.n_data,
@@ -360,21 +247,4 @@ class AusterityMH(RowsReadCounter, SubsamplingStep):
         return result.accepted, stats
 
 
-    def _rows_advice(self) -> str:
-        tips = []
-        if self.batch_size > ROWS_WARN_SHARE * self.n_rows:
-            tips.append(f"a smaller batch_size (now {self.batch_size}) lets a test stop after "
-                        "fewer rows")
-        if self.cv_order != 2:
-            tips.append("cv_order=2 (the default) shrinks the spread of the per-row differences "
-                        "by orders of magnitude near the mode")
-        if self.proposal_kind not in ("pcn", "independence"):
-            tips.append("proposal='pcn' (the default) with cv_order=2 decides most tests on "
-                        "the first batch")
-        tips.append(f"a larger epsilon (now {self.epsilon:g}) stops the tests earlier, at the "
-                    "price of more bias: measure it against an exact run (docs/choosing.md)")
-        return "To read fewer: " + "; ".join(tips) + "."
-
-
-def _check_gradient_batch_size(value) -> None:
-    positive_int("gradient_batch_size", value, "rows of the SGLD minibatch")
+    _rows_advice = austerity_rows_advice

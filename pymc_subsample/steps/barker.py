@@ -14,41 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from pymc_subsample.errors import positive_int
-from pymc_subsample.kernels.barker import BarkerResult, barker_minibatch_test, validate_barker_knobs
-from pymc_subsample.kernels.barker_correction import SIGMA_MAX, load_correction
-from pymc_subsample.steps.base import SubsamplingStep
-from pymc_subsample.steps.rows_warning import ROWS_WARN_SHARE, RowsReadCounter
+from pymc_subsample.kernels.barker import (
+    BarkerResult,
+    barker_minibatch_test,
+    validate_barker_step_knobs,
+)
+from pymc_subsample.kernels.barker_correction import load_correction
+from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep
+from pymc_subsample.steps.rows_warning import RowsReadCounter, barker_rows_advice
 
 __all__ = ["BarkerMinibatch"]
 
-
-def _check_cheap_knobs(batch_size, delta, sigma, temperature) -> None:
-    """The checks that do not need the model, run before the (costly) base-class setup."""
-    batch_size = positive_int(
-        "batch_size", batch_size,
-        "rows added at each growth step of the test, m in Seita et al. 2017, Algorithm 1",
-    )
-    validate_barker_knobs(batch_size, batch_size, delta)  # batch_size >= 2 and delta in (0, 1)
-    try:
-        sigma_value = float(sigma)
-    except (TypeError, ValueError):
-        raise ValueError(f"sigma must be a real number; got {sigma!r}") from None
-    if not 0.0 < sigma_value < SIGMA_MAX:
-        raise ValueError(
-            f"sigma must satisfy 0 < sigma < pi/sqrt(3) ≈ {SIGMA_MAX:.4f}, the standard deviation "
-            f"of the logistic distribution: X_norm ~ N(0, sigma²) must leave room for the "
-            f"correction variable X_corr in X_log = X_norm + X_corr; got sigma={sigma!r}"
-        )
-    try:
-        temp_value = float(temperature)
-    except (TypeError, ValueError):
-        raise ValueError(f"temperature must be a positive number; got {temperature!r}") from None
-    if not (math.isfinite(temp_value) and temp_value > 0):
-        raise ValueError(
-            f"temperature must be a positive finite number; got {temperature!r}. "
-            "Use temperature=1.0 for the true posterior."
-        )
 
 
 class BarkerMinibatch(RowsReadCounter, SubsamplingStep):
@@ -125,13 +101,7 @@ class BarkerMinibatch(RowsReadCounter, SubsamplingStep):
 
     Notes
     -----
-    Sampler stats per draw: ``accepted``; ``n_data`` (the final minibatch size ``b``: rows read
-    by the test; 0 for a proposal of zero prior density, rejected without data); ``s2`` (the
-    variance estimate of ``Δ*`` at the decision, 0 when all rows were read); ``error_bound``
-    (the Corollary 1 estimate for the final minibatch, 0 when all rows were read); ``scaling``
-    (κ: the scale relative to ``1/√d`` for the Laplace proposal, the scale itself for a given
-    ``proposal_cov``); ``non_finite`` (the prior, proposal ratio or a row term read was NaN or
-    infinite: the proposal was rejected).
+    Sampler stats per draw: the README's table (also in ``docs/getting-started.md``).
 
     Target acceptance. Barker's acceptance ``1/(1 + e^{−Δ})`` is below Metropolis's
     ``min(1, e^Δ)`` everywhere (it tends to 1/2, not 1, as ``Δ → 0``), so the same step accepts
@@ -192,12 +162,9 @@ class BarkerMinibatch(RowsReadCounter, SubsamplingStep):
     default_target_accept = 0.2
     needs_reference_point = False
     stats_dtypes_shapes = {
-        "accepted": (bool, []),
-        "n_data": (np.int64, []),
+        **COMMON_STATS,
         "s2": (np.float64, []),
         "error_bound": (np.float64, []),
-        "non_finite": (bool, []),
-        "scaling": (np.float64, []),
     }
 
     def __init__(
@@ -213,7 +180,7 @@ class BarkerMinibatch(RowsReadCounter, SubsamplingStep):
         sigma: float = 1.0,
         **kwargs,
     ):
-        _check_cheap_knobs(batch_size, delta, sigma, temperature)
+        validate_barker_step_knobs(batch_size, delta, sigma, temperature)
         if proposal is None and proposal_cov is not None:
             proposal = "random_walk"  # a user's random-walk covariance asks for the random walk
         super().__init__(
@@ -262,33 +229,10 @@ class BarkerMinibatch(RowsReadCounter, SubsamplingStep):
             delta=self.delta,
         )
 
-    def _decide(
-        self,
-        theta: np.ndarray,
-        theta_new: np.ndarray,
-        log_rest: float,
-        phi: np.ndarray,
-        phi_new: np.ndarray,
-    ) -> tuple[bool, dict[str, Any]]:
-        result = self.barker_test(theta, theta_new, log_rest)
+    def _decide(self, move: Move) -> tuple[bool, dict[str, Any]]:
+        result = self.barker_test(move.theta, move.theta_new, move.log_rest)
         self._count_rows(result.n_data)
         stats = {"n_data": result.n_data, "s2": result.s2, "error_bound": result.error_bound}
         return result.accepted, stats
 
-    def _rows_advice(self) -> str:
-        if self.batch_size > ROWS_WARN_SHARE * self.n_rows:
-            return (f"To read fewer: a smaller batch_size (now {self.batch_size}); every test "
-                    "reads at least one batch.")
-        tips = []
-        if self.delta is not None:
-            tips.append(f"delta=None (delta={self.delta:g} forces at least "
-                        f"{(8.4 / self.delta) ** 2:.0f} rows per test)")
-        if self.cv_order != 2:
-            tips.append("cv_order=2 (the default), which shrinks the variance s² of the "
-                        "estimate by orders of magnitude near the mode")
-        tips.append("smaller moves (proposal='random_walk' with a smaller scaling and "
-                    "tune=False), whose per-row differences spread less")
-        tips.append(f"a higher temperature (now {self.likelihood.temperature:g}; it changes "
-                    "the target)")
-        return ("The batches grew because the variance estimate s² stayed above σ². To read "
-                "fewer: " + "; ".join(tips) + ".")
+    _rows_advice = barker_rows_advice

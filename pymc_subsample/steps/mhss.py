@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,24 +16,18 @@ from pymc_subsample.bounds import (
     SharedScaleRows,
     remainder_scale,
 )
-from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.bounds.choice import choose_rate_bound
+from pymc_subsample.bounds.user import UserBound, check_user_bound, user_row_constants
 from pymc_subsample.kernels.indexing import WeightedIndexSampler
 from pymc_subsample.kernels.mhss import ScalarRates, ThinningRates, mhss_accept
-from pymc_subsample.model.glm import detect_location_scale_terms
-from pymc_subsample.model.passes import GLMPass, LocationScalePass
-from pymc_subsample.steps.base import SubsamplingStep, SubsamplingStepState
+from pymc_subsample.model.setup import glm_data_pass
+from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep, SubsamplingStepState
 
 __all__ = ["MHSS", "UserBound"]
-
-#: Pairs of points, rows per pair and seed of the probe of a user's bound at construction.
-USER_BOUND_PAIRS, USER_BOUND_ROWS, USER_BOUND_SEED = 64, 2048, 20240611
 
 #: Share of moves (after tuning) decided on all rows above which a chain warns, and the draws
 #: it waits for before judging.
 FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
-
-#: Pairs of points and seed with which a rate bound and Corollary 2's are compared.
-RATE_CHOICE_PAIRS, RATE_CHOICE_SEED = 64, 20261125
 
 
 @dataclass_state
@@ -45,36 +37,15 @@ class MHSSState(SubsamplingStepState):
     fallback_warned: bool
 
 
-@dataclass(frozen=True)
-class UserBound:
-    """A user-supplied MHSS bound ``|ξ_i(θ, θ')| ≤ c_i · M(θ, θ')`` (Prado et al., eq. (3)).
-
-    Use it for likelihoods without an automatic bound (``examples/logistic_errors_userbound.py``).
-    A wrong bound breaks exactness: the step probes it at construction on random pairs of
-    points and rows and refuses one that is violated (:meth:`MHSS._check_user_bound`), and the
-    ``clipped`` sampler stat counts violations that sampling meets; neither can prove a bound.
-
-    Parameters
-    ----------
-    row_constants : array or callable
-        ``c_i ≥ 0`` for all N rows (already divided by the temperature), or a function
-        ``theta_hat -> c`` evaluated once at the reference point.
-    remainder_scale : callable
-        ``(theta, theta_new, theta_hat) -> M``, symmetric in ``theta`` and ``theta_new``.
-        Defaults to the GLM ``M`` of the step's ``cv_order`` (Corollary 2).
-    """
-
-    row_constants: np.ndarray | Callable[[np.ndarray], np.ndarray]
-    remainder_scale: Callable[[np.ndarray, np.ndarray, np.ndarray], float] | None = None
-
-
 class MHSS(SubsamplingStep):
     """Exact Metropolis–Hastings with scalable subsampling (Prado, Nemeth & Sherlock 2024).
 
-    A random-walk proposal is screened with Taylor control variates (stage 1, no data) and
-    then corrected exactly by Poisson thinning on a few rows drawn in proportion to bound
-    constants ``c_i`` (stage 2); the chain targets the true posterior. For the Gaussian-linear
-    case with ``cv_order=2`` the control variates are exact and no row is ever read.
+    A proposal (by default pCN around the Laplace approximation, its ``ρ`` tuned for the
+    expected jump distance per row read) is screened with Taylor control variates (stage 1,
+    no data) and then corrected exactly by Poisson thinning on a few rows drawn in proportion
+    to bound constants ``c_i`` (stage 2); the chain targets the true posterior. For the
+    Gaussian-linear case with ``cv_order=2`` the control variates are exact and no row is
+    ever read.
 
     Parameters
     ----------
@@ -89,9 +60,11 @@ class MHSS(SubsamplingStep):
         bound with per-row rates when it expects fewer rows (:attr:`rate_bound`: rows that
         touch one level of a grouping factor, or one sampled scale for all rows).
     **kwargs
-        ``temperature``, ``map_point``, ``proposal_cov``, ``scaling`` (κ, default 1.5),
-        ``target_accept`` (default 0.45), ``tune``, ``compile_kwargs``, ``model``, ``rng``:
-        see :class:`~pymc_subsample.steps.base.SubsamplingStep`.
+        ``temperature``, ``proposal`` (default ``"pcn"``), ``map_point``, ``proposal_cov``,
+        ``scaling`` (the proposal's parameter: ``ρ``, default 0.5, for pCN), ``target_accept``
+        (random walk only; no default: tuned by jump distance per cost), ``tune``,
+        ``compile_kwargs``, ``model``, ``rng``: see
+        :class:`~pymc_subsample.steps.base.SubsamplingStep`.
 
     Notes
     -----
@@ -101,7 +74,8 @@ class MHSS(SubsamplingStep):
     ``full_data_fallback`` (all rows used: ``C·M ≥ N``, or a move with an end outside the
     region ``‖φ‖ ≤ r`` of a family whose bounds hold on a region only; a chain warns once when
     this exceeds 1% of its moves after tuning, and the progress bar shows it), ``clipped``
-    (thinning rates clipped beyond rounding: a bound violation if ever > 0), ``scaling`` (κ),
+    (thinning rates clipped beyond rounding: a bound violation if ever > 0), ``scaling`` (the
+    proposal's parameter: ``ρ`` for pCN),
     ``non_finite`` (the prior, proposal ratio or a row term read was NaN or infinite: the
     proposal was rejected).
 
@@ -134,14 +108,11 @@ class MHSS(SubsamplingStep):
     default_proposal = "pcn"
     needs_reference_point = True
     stats_dtypes_shapes = {
-        "accepted": (bool, []),
+        **COMMON_STATS,
         "accept_stage1": (bool, []),
-        "n_data": (np.int64, []),
         "expected_rows": (np.float64, []),
         "full_data_fallback": (bool, []),
         "clipped": (np.int64, []),
-        "non_finite": (bool, []),
-        "scaling": (np.float64, []),
     }
 
     def __init__(self, vars=None, *, cv_order: int = 2, bound: UserBound | None = None, **kwargs):
@@ -170,105 +141,30 @@ class MHSS(SubsamplingStep):
             self.region_radius = self._reference_pass.region_radius
             self.sharp_angles = self._reference_pass.sharp_angles
             if isinstance(consts, (LevelRows, SharedScaleRows)):
-                consts = self._choose_rate_bound(consts)
+                choice = choose_rate_bound(consts, lik.dim, self.cv_order, self.sharp_angles)
+                if choice.rate_bound_rows is not None:
+                    self.setup_profile["rate_bound_rows"] = choice.rate_bound_rows
+                    self.setup_profile["corollary2_rows"] = choice.corollary2_rows
+                # the pieces not kept are dropped
+                self.rate_bound = choice.rate_bound
+                consts = self.reference.row_constants = choice.constants
         else:
-            consts = bound.row_constants
-            if callable(consts):
-                consts = consts(self.theta_hat)
-            consts = np.asarray(consts, dtype=np.float64)
-            if consts.shape != (lik.n_rows,):
-                raise SubsamplingModelError(
-                    f"UserBound.row_constants must have one entry per row, shape "
-                    f"({lik.n_rows},); got {consts.shape}"
-                )
+            consts = user_row_constants(bound, self.theta_hat, lik.n_rows)
             user_scale = bound.remainder_scale
             self._remainder_scale = (
                 self._euclidean_remainder_scale
                 if user_scale is None
                 else (lambda t, t_new, p, p_new: float(user_scale(t, t_new, self.theta_hat)))
             )
-            if np.any(consts < 0.0) or not np.all(np.isfinite(consts)):
-                raise SubsamplingModelError(
-                    "UserBound.row_constants must be finite and non-negative; got "
-                    f"{np.count_nonzero(~(consts >= 0.0) | ~np.isfinite(consts))} rows that are not"
-                )
-            self._check_user_bound(consts)
+            check_user_bound(consts, remainder=self.control_variate.remainder,
+                             unwhiten=self.frame.unwhiten, remainder_scale=self._remainder_scale,
+                             dim=lik.dim)
         self.sampler = (WeightedIndexSampler(consts) if self.rate_bound is None
                         else self.rate_bound.sampler)
         #: ``c_i`` as the sampler holds them (float32 rounded up): the thinning reads the same
         #: (the fixed weights ``c̄_i`` of a :attr:`rate_bound`)
         self.row_constants = self.sampler.weights
         self._reset_fallback_count()
-
-    def _choose_rate_bound(self, rows: LevelRows | SharedScaleRows) -> np.ndarray | None:
-        """Keep a bound with per-row rates or Corollary 2's constants, whichever expects fewer
-        rows.
-
-        Both are valid. The level bound wins when many level coordinates make ``‖φ‖`` long
-        (random intercepts), Corollary 2, with Lemma 1's angle factors, when the levels are
-        few; the shared-scale bound replaces Cauchy–Schwarz on the scale's predictor by its
-        exact displacement. The expected rows ``Λ`` of each are averaged over
-        :data:`RATE_CHOICE_PAIRS` pairs of the Laplace approximation, a draw and a pCN move from
-        it with ``ρ = 0.9`` (seeded: the choice is deterministic), and recorded in
-        ``setup_profile`` (``rate_bound_rows``, ``corollary2_rows``). Returns Corollary 2's
-        constants, or ``None`` with :attr:`rate_bound` set; the pieces not kept are dropped.
-        """
-        if isinstance(rows, SharedScaleRows) and rows.shared_row is None:
-            self.reference.row_constants = rows.plain  # a scale that differs by row
-            return rows.plain
-        dim, order = self.likelihood.dim, self.cv_order
-        bound = (LevelBound(rows, dim) if isinstance(rows, LevelRows)
-                 else SharedScaleBound(rows, dim))
-        plain_total = float(np.sum(rows.plain, dtype=np.float64))
-        rng = np.random.default_rng(RATE_CHOICE_SEED)
-        rate_rows = plain_rows = 0.0
-        for _ in range(RATE_CHOICE_PAIRS):
-            phi = rng.standard_normal(dim)
-            phi_new = 0.9 * phi + math.sqrt(1.0 - 0.81) * rng.standard_normal(dim)
-            rate_rows += bound.rates(phi, phi_new).expected
-            plain_rows += plain_total * remainder_scale(phi, phi_new, np.zeros(dim), order,
-                                                        sharp=self.sharp_angles)
-        self.setup_profile["rate_bound_rows"] = rate_rows / RATE_CHOICE_PAIRS
-        self.setup_profile["corollary2_rows"] = plain_rows / RATE_CHOICE_PAIRS
-        if rate_rows < plain_rows:
-            self.rate_bound = bound
-            self.reference.row_constants = None
-            return None
-        self.reference.row_constants = rows.plain
-        return rows.plain
-
-    def _check_user_bound(self, consts: np.ndarray) -> None:
-        """Refuse a user's bound that a probe finds violated: ``|ξ_i| > c_i M`` on some row.
-
-        :data:`USER_BOUND_PAIRS` pairs ``(θ, θ')`` around ``θ̂`` in the Laplace frame, at
-        distances from 0.1 to 4 posterior sds and steps from small to as large as the distance,
-        each on :data:`USER_BOUND_ROWS` random rows. A bound that passes may still be wrong
-        elsewhere (the ``clipped`` stat counts what sampling meets); one that fails is wrong.
-        """
-        lik, cv = self.likelihood, self.control_variate
-        rng = np.random.default_rng(USER_BOUND_SEED)
-        rows = np.sort(rng.choice(lik.n_rows, size=min(USER_BOUND_ROWS, lik.n_rows),
-                                  replace=False)).astype(np.int64)
-        for k in range(USER_BOUND_PAIRS):
-            size = 0.1 * 40.0 ** (k / (USER_BOUND_PAIRS - 1))  # 0.1 to 4 sds
-            phi = size * rng.standard_normal(lik.dim) / np.sqrt(lik.dim)
-            phi_new = phi + size * rng.uniform(0.01, 1.0) * rng.standard_normal(lik.dim) / np.sqrt(
-                lik.dim)
-            theta, theta_new = self.frame.unwhiten(phi), self.frame.unwhiten(phi_new)
-            m = self._remainder_scale(theta, theta_new, phi, phi_new)
-            xi = np.asarray(cv.remainder(theta, theta_new, rows))
-            ok = np.abs(xi) <= consts[rows] * m * (1.0 + 1e-9) + 1e-12 * (1.0 + np.abs(xi))
-            bad = np.flatnonzero(np.isfinite(xi) & ~ok)
-            if bad.size:
-                i = int(bad[np.argmax(np.abs(xi[bad]) - consts[rows][bad] * m)])
-                raise SubsamplingModelError(
-                    f"UserBound is violated: on row {int(rows[i])} the control-variate error "
-                    f"|ξ| = {abs(xi[i]):.6g} exceeds c_i·M = {consts[rows][i] * m:.6g} at a pair "
-                    f"{np.linalg.norm(phi):.3g} and {np.linalg.norm(phi_new):.3g} posterior sds "
-                    "from the reference point. MHSS would not be exact with it: check c_i (after "
-                    "dividing by the temperature) and M (symmetric in θ, θ'), or use AusterityMH "
-                    "or BarkerMinibatch."
-                )
 
     def _reset_fallback_count(self) -> None:
         self.draws_after_tuning = self.fallbacks_after_tuning = 0
@@ -278,19 +174,14 @@ class MHSS(SubsamplingStep):
         super().set_rng(rng)
         self._reset_fallback_count()
 
-    def _data_pass(self):
+    def _data_pass(self, likelihood, cv_order):
         # MHSS without a UserBound needs the GLM structure: its detection names what is missing
         if self.bound is not None:
-            return super()._data_pass()
-        terms = detect_location_scale_terms(self.likelihood)
-        if terms:
-            return LocationScalePass(self.likelihood, terms)
-        data_pass = GLMPass(self.likelihood)
-        data_pass.check_curvature_size()
-        return data_pass
+            return super()._data_pass(likelihood, cv_order)
+        return glm_data_pass(likelihood)
 
-    def _bound_order(self) -> int | None:
-        return self.cv_order if self.bound is None else None
+    def _bound_order(self, cv_order: int | None) -> int | None:
+        return cv_order if self.bound is None else None
 
     def _outside_region(self, phi: np.ndarray, phi_new: np.ndarray) -> bool:
         return max(phi @ phi, phi_new @ phi_new) > self.region_radius**2
@@ -315,32 +206,19 @@ class MHSS(SubsamplingStep):
     def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
 
-    def _decide(
-        self,
-        theta: np.ndarray,
-        theta_new: np.ndarray,
-        log_rest: float,
-        phi: np.ndarray,
-        phi_new: np.ndarray,
-    ) -> tuple[bool, dict[str, Any]]:
-        cv_sum, remainder = self._row_differences(theta, theta_new)
+    def _decide(self, move: Move) -> tuple[bool, dict[str, Any]]:
+        cv_sum, remainder = self._row_differences(move.theta, move.theta_new)
         info = mhss_accept(
-            log_rest + cv_sum,
-            self._thinning_rates(theta, theta_new, phi, phi_new),
+            move.log_rest + cv_sum,
+            self._thinning_rates(*move[:4]),
             remainder=remainder,
             n_rows=self.row_constants.size,
             # the counted full-data fallback: the same remainders, chunk by chunk over all rows
             full_remainder_sum=lambda: self.likelihood.sum_over_rows(remainder),
-            rng_index=self.rng_index,
-            rng_accept=self.rng_accept,
+            rng_index=self.rng_index, rng_accept=self.rng_accept,
         )
-        stats = {
-            "accept_stage1": info.accept_stage1,
-            "n_data": info.n_data,
-            "expected_rows": info.expected_rows,
-            "full_data_fallback": info.full_data_fallback,
-            "clipped": info.clipped,
-        }
+        stats = {name: getattr(info, name) for name in (
+            "accept_stage1", "n_data", "expected_rows", "full_data_fallback", "clipped")}
         if not self.tune:
             self._count_fallback(info.full_data_fallback)
         return info.accepted, stats

@@ -14,7 +14,8 @@ from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.steps.base import SubsamplingStepState
 
-__all__ = ["ROWS_WARN_AFTER", "ROWS_WARN_SHARE", "RowsReadCounter", "RowsReadState"]
+__all__ = ["ROWS_WARN_AFTER", "ROWS_WARN_SHARE", "RowsReadCounter", "RowsReadState",
+           "austerity_rows_advice", "barker_rows_advice"]
 
 #: Mean share of the rows per iteration (after tuning) above which a chain warns, and the
 #: draws after tuning it waits for before judging.
@@ -64,3 +65,40 @@ class RowsReadCounter:
 
     def _rows_advice(self) -> str:
         raise NotImplementedError
+
+
+def austerity_rows_advice(self) -> str:
+    """AusterityMH's knobs that would read fewer rows."""
+    tips = []
+    if self.batch_size > ROWS_WARN_SHARE * self.n_rows:
+        tips.append(f"a smaller batch_size (now {self.batch_size}) lets a test stop after "
+                    "fewer rows")
+    if self.cv_order != 2:
+        tips.append("cv_order=2 (the default) shrinks the spread of the per-row differences "
+                    "by orders of magnitude near the mode")
+    if self.proposal_kind not in ("pcn", "independence"):
+        tips.append("proposal='pcn' (the default) with cv_order=2 decides most tests on "
+                    "the first batch")
+    tips.append(f"a larger epsilon (now {self.epsilon:g}) stops the tests earlier, at the "
+                "price of more bias: measure it against an exact run (docs/choosing.md)")
+    return "To read fewer: " + "; ".join(tips) + "."
+
+
+def barker_rows_advice(self) -> str:
+    """BarkerMinibatch's knobs that would read fewer rows."""
+    if self.batch_size > ROWS_WARN_SHARE * self.n_rows:
+        return (f"To read fewer: a smaller batch_size (now {self.batch_size}); every test "
+                "reads at least one batch.")
+    tips = []
+    if self.delta is not None:
+        tips.append(f"delta=None (delta={self.delta:g} forces at least "
+                    f"{(8.4 / self.delta) ** 2:.0f} rows per test)")
+    if self.cv_order != 2:
+        tips.append("cv_order=2 (the default), which shrinks the variance s² of the "
+                    "estimate by orders of magnitude near the mode")
+    tips.append("smaller moves (proposal='random_walk' with a smaller scaling and "
+                "tune=False), whose per-row differences spread less")
+    tips.append(f"a higher temperature (now {self.likelihood.temperature:g}; it changes "
+                "the target)")
+    return ("The batches grew because the variance estimate s² stayed above σ². To read "
+            "fewer: " + "; ".join(tips) + ".")
