@@ -16,26 +16,10 @@ eqs. 15-18) and ``M`` from :mod:`~pymc_subsample.bounds.remainder`; in the Lapla
 norm is :math:`\lVert L^\top x_i\rVert` and ``M`` is computed from whitened points.
 
 Each family lives in one module with its constants derived in the docstring
-(:class:`~pymc_subsample.bounds.family.Family` says what a family provides):
-
-=====================  ============================================  ==========================
-family                 written in PyMC as                            constants
-=====================  ============================================  ==========================
-bernoulli_logit        ``Bernoulli(logit_p=η)``                      global: 1/4, √3/18
-bernoulli_probit       ``Bernoulli(p=pm.math.invprobit(η))``         global: 1, 0.3
-bernoulli_cloglog      ``Bernoulli(p=1 - pm.math.exp(-pm.math.exp(η)))``  region (y = 0 rows)
-poisson_softplus       ``Poisson(mu=pm.math.log1pexp(η))``           global: 1/4 + 0.168 y, ...
-poisson_log            ``Poisson(mu=pm.math.exp(η))``                region: e^{η̂ + r s}
-normal_identity        ``Normal(mu=η, sigma=fixed)``                 global: 1/σ², 0
-gamma_log              ``Gamma(alpha=fixed, beta=alpha / exp(η))``   region: α y e^{−η̂ + r s}
-negative_binomial_log  ``NegativeBinomial(mu=exp(η), alpha=fixed)``  global: (y + α)/4, ...
-student_t              ``StudentT(nu=fixed, mu=η, sigma=fixed)``     global: (ν + 1)/(νσ²), ...
-normal_scale           ``Normal(mu=η, sigma=sampled)``               region, two predictors
-student_t_scale        ``StudentT(nu=fixed, mu=η, sigma=sampled)``   region, two predictors
-nb_scale               ``NegativeBinomial(mu=exp(η), alpha=sampled)``  region, two predictors
-gamma_scale            ``Gamma(alpha=a, beta=a / exp(η))``, a sampled  region, two predictors
-student_t_nu           ``StudentT(nu=sampled, mu=η, sigma=any)``     region, three predictors
-=====================  ============================================  ==========================
+(:class:`~pymc_subsample.bounds.family.Family` says what a family provides) and registers
+itself (:func:`~pymc_subsample.bounds.family.registered`); the README's families table is
+generated from that registry (``tests/test_docs_facts.py`` checks it), with how each is written
+in PyMC and whether its constants hold everywhere or on a region.
 
 Families whose derivatives are unbounded (:data:`REGION_FAMILIES`) get constants valid on the
 ball ``‖φ‖ ≤ r`` of the Laplace frame (:func:`region_radius`): ``η_i`` then stays in

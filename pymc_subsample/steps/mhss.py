@@ -68,16 +68,9 @@ class MHSS(SubsamplingStep):
 
     Notes
     -----
-    Sampler stats per draw: ``accepted``, ``accept_stage1``, ``n_data`` (rows whose likelihood
-    was evaluated), ``expected_rows`` (``C·M``, or ``Σ_i B_i`` of a :attr:`rate_bound`; NaN
-    when stage 1 rejected),
-    ``full_data_fallback`` (all rows used: ``C·M ≥ N``, or a move with an end outside the
-    region ``‖φ‖ ≤ r`` of a family whose bounds hold on a region only; a chain warns once when
-    this exceeds 1% of its moves after tuning, and the progress bar shows it), ``clipped``
-    (thinning rates clipped beyond rounding: a bound violation if ever > 0), ``scaling`` (the
-    proposal's parameter: ``ρ`` for pCN),
-    ``non_finite`` (the prior, proposal ratio or a row term read was NaN or infinite: the
-    proposal was rejected).
+    Sampler stats per draw: the README's table (also in ``docs/getting-started.md``). A chain
+    warns once when ``full_data_fallback`` exceeds 1% of its moves after tuning; the
+    progress bar shows it.
 
     References
     ----------
