@@ -127,6 +127,19 @@ def test_step_must_sample_every_free_variable():
         SubsampledLikelihood(model, vars=[model.rvs_to_values[a]])
 
 
+def test_a_variable_left_out_is_named_as_the_user_wrote_it():
+    # sigma's value variable is sigma_log__; the message names sigma
+    with pm.Model() as model:
+        a = pm.Normal("a", 0, 1)
+        sigma = pm.HalfNormal("sigma", 1)
+        pm.Normal("y", mu=a, sigma=sigma, observed=RNG.normal(size=60))
+    assert model.rvs_to_values[sigma].name == "sigma_log__"
+    with pytest.raises(SubsamplingModelError,
+                       match=r"\['sigma'\] would be left to another step") as err:
+        SubsampledLikelihood(model, vars=[model.rvs_to_values[a]])
+    assert "sigma_log__" not in str(err.value)
+
+
 @pytest.mark.parametrize("temperature", [0.0, -1.0, np.inf, np.nan])
 def test_non_positive_temperature(temperature):
     with pytest.raises(ValueError, match="temperature must be a positive"):

@@ -48,7 +48,8 @@ def check_vars(model: pm.Model, vars) -> list[Variable]:
         return all_vars
     vars = list(vars)
     names = {v.name for v in vars}
-    missing = [v.name for v in all_vars if v.name not in names]
+    # named as the user wrote them: `sigma`, not its value variable `sigma_log__`
+    missing = [model.values_to_rvs[v].name for v in all_vars if v.name not in names]
     if missing:
         raise SubsamplingModelError(
             f"A subsampling step must sample every free variable of the model together, but "
@@ -72,8 +73,9 @@ def check_free_variables(model: pm.Model) -> None:
         value = model.rvs_to_values[rv]
         if value.dtype in pm.discrete_types:
             raise SubsamplingModelError(
-                f"Free variable '{rv.name}' is discrete. Subsampling steps propose continuous "
-                "random-walk moves: marginalise it out, or assign it to another step "
+                f"Free variable '{rv.name}' is discrete. Subsampling steps move all parameters "
+                "together by continuous proposals (pCN, independence or random walk): "
+                "marginalise it out, or assign it to another step "
                 "(e.g. pm.CategoricalGibbsMetropolis) and sample the model without "
                 "pymc-subsample."
             )
