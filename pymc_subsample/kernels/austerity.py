@@ -256,13 +256,7 @@ def sequential_mh_test(
     total = 0.0  # Σ l over the rows read
     m2 = 0.0  # Σ (l − l̄)² over the rows read
     while True:
-        idx = sampler.next(batch_size)
-        values = np.asarray(row_diffs(idx), dtype=np.float64)
-        if values.shape != idx.shape:
-            raise ValueError(
-                f"row_diffs returned shape {values.shape} for {idx.size} indices; "
-                f"expected {idx.shape}"
-            )
+        idx, values = sampler.next_values(batch_size, row_diffs)
         nb = idx.size
         n_batches += 1
         b_sum = float(values.sum())

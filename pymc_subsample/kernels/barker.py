@@ -231,13 +231,7 @@ def barker_minibatch_test(
     m2 = 0.0  # sum of squared deviations from the mean
     max_abs = 0.0
     while True:
-        idx = sampler.next(batch_size)
-        batch = np.asarray(row_diffs(idx), dtype=np.float64)
-        if batch.shape != idx.shape:
-            raise ValueError(
-                f"row_diffs returned shape {batch.shape} for {idx.size} indices; "
-                f"expected {idx.shape}"
-            )
+        idx, batch = sampler.next_values(batch_size, row_diffs)
         if not np.all(np.isfinite(batch)):
             has_pos, has_neg = bool(np.any(batch == np.inf)), bool(np.any(batch == -np.inf))
             if np.any(np.isnan(batch)) or (has_pos and has_neg):

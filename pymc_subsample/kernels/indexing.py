@@ -179,6 +179,18 @@ class WithoutReplacementSampler:
         self._fallback_start = 0
         self.used_fallback = False
 
+    def next_values(self, size: int, row_diffs) -> tuple[np.ndarray, np.ndarray]:
+        """The next batch of up to ``size`` rows and ``row_diffs`` on them (float64), checked to
+        give one value per row: the read both sequential tests repeat."""
+        idx = self.next(size)
+        values = np.asarray(row_diffs(idx), dtype=np.float64)
+        if values.shape != idx.shape:
+            raise ValueError(
+                f"row_diffs returned shape {values.shape} for {idx.size} indices; "
+                f"expected {idx.shape}"
+            )
+        return idx, values
+
     def next(self, size: int) -> np.ndarray:
         """Return up to ``size`` new indices (fewer only when the data are exhausted)."""
         size = min(int(size), self.n_total - self.n_taken)
