@@ -174,7 +174,7 @@ class GLMPass:
                             *self._term_outputs(term)]
             outputs += term_outputs
             self._widths.append(len(term_outputs))
-        self._fn = lik.compile([lik.theta, lik.idx, check], outputs)
+        self._fn = lik.compile([lik.theta, lik.idx, check], outputs, setup=True)
         # the model's terms and the family's f round differently, more so in float32 models
         float64 = all(v.dtype == "float64" for v in lik.value_vars)
         self._family_rtol = 1e-8 if float64 else 1e-4
@@ -566,7 +566,7 @@ class GenericPass:
         g = grad(total, lik.theta)
         outputs = [total, g, jacobian(g, lik.theta, vectorize=True)] if exact_hessian else [
             total, g]
-        self._fn = lik.compile([lik.theta, lik.idx], outputs)
+        self._fn = lik.compile([lik.theta, lik.idx], outputs, setup=True)
         self.n_passes = 0
 
     def block(self, chunk: np.ndarray, theta: np.ndarray):
