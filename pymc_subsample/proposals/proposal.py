@@ -80,6 +80,8 @@ class RandomWalkProposal:
     """
 
     symmetric = True
+    #: how the progress bar and messages write :attr:`parameter`
+    parameter_symbol = "κ"
     candidates: Sequence[float] = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
     #: no acceptance floor in tuning: a random walk's best acceptance is low by design
     min_accept: float | None = None
@@ -122,6 +124,7 @@ class PCNProposal:
     """
 
     symmetric = False
+    parameter_symbol = "ρ"
     candidates: Sequence[float] = (0.0, 0.3, 0.5, 0.7, 0.85, 0.93, 0.97)
     #: Tuning chooses no ``ρ`` accepted less often than this
     #: (:class:`~pymc_subsample.proposals.tuning.ESJDTuner`): on tall data ``ρ = 0`` is accepted
@@ -170,6 +173,7 @@ class IndependenceProposal:
     """
 
     symmetric = False
+    parameter_symbol = "s"
     candidates: Sequence[float] = (0.9, 1.0, 1.1, 1.25, 1.5)
     #: no floor: every scale is a global move; a heavy-tailed ``df`` is the remedy here
     min_accept: float | None = None

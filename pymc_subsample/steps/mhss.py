@@ -94,10 +94,6 @@ class MHSS(SubsamplingStep):
 
     name = "mhss"
     _state_class = MHSSState
-    _progress_averages = (
-        *SubsamplingStep._progress_averages,
-        ("fallback", "full_data_fallback", "Full-data"),
-    )
     default_proposal = "pcn"
     needs_reference_point = True
     stats_dtypes_shapes = {
