@@ -17,6 +17,7 @@ from contextvars import ContextVar
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from pymc_subsample.model.build_progress import rows_advance
 from pymc_subsample.model.data import BLOCK_ROWS, DaskSource, RowSource
 
 if typing.TYPE_CHECKING:
@@ -129,6 +130,13 @@ class GatheringFunction:
         self.fn.trust_input = value
 
 
+def _advancing(blocks, advance):
+    """``blocks`` as they are, each one's rows counted on the build's bar."""
+    for idx, result in blocks:
+        advance(len(idx))
+        yield idx, result
+
+
 def map_row_blocks(
     lik, data_pass: DataPass, *args, chunks: typing.Iterable[np.ndarray] | None = None
 ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
@@ -152,7 +160,8 @@ def map_row_blocks(
     client = _active_client() if dask_rows else None
     if client is None:
         # lazily: a pass holds one block's results at a time
-        return ((idx, block_fn(idx, *args)) for idx in lik.row_chunks())
+        return _advancing(((idx, block_fn(idx, *args)) for idx in lik.row_chunks()),
+                          rows_advance(lik.n_rows))
     import dask
 
     chunk = SETUP_CHUNK_ROWS

@@ -23,6 +23,7 @@ from pymc.initial_point import make_initial_point_fn
 from threadpoolctl import threadpool_limits
 
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.build_progress import build_note, build_phase
 from pymc_subsample.model.centring import CentredTwin, centred_twin
 from pymc_subsample.model.control_variates import TaylorControlVariate, validate_cv_order
 from pymc_subsample.model.frame import LaplaceFrame
@@ -231,8 +232,9 @@ def _build(vars, model, cv_order, temperature, proposal, map_point, proposal_cov
         model_sampled = centring.model
         if map_point is not None:
             map_point = centring.point_to_twin(map_point)
-    lik = SubsampledLikelihood(model_sampled, temperature=temperature,
-                               compile_kwargs=compile_kwargs)
+    with build_phase("reading the model"):
+        lik = SubsampledLikelihood(model_sampled, temperature=temperature,
+                                   compile_kwargs=compile_kwargs)
     profile = {"likelihood_s": time.perf_counter() - t_start}
 
     cov = _user_covariance(proposal_cov, lik.dim)
@@ -241,10 +243,14 @@ def _build(vars, model, cv_order, temperature, proposal, map_point, proposal_cov
     reference = reference_pass = theta_hat = None
     if needs_reference:
         t0 = time.perf_counter()
-        reference_pass = data_pass(lik, cv_order)
+        with build_phase("compiling the data pass"):
+            reference_pass = data_pass(lik, cv_order)
         profile["pass_compile_s"] = time.perf_counter() - t0
-        reference = fit_reference(lik, reference_pass, map_point=map_point, order=bound_order,
-                                  tolerance=map_tolerance)
+        with build_phase("reference point"):
+            reference = fit_reference(lik, reference_pass, map_point=map_point,
+                                      order=bound_order, tolerance=map_tolerance)
+        build_note("reference point", f"{reference.full_data_passes} passes over "
+                                      f"{lik.n_rows:,} rows")
         profile.update(reference.profile)
         frame = reference.frame
         theta_hat = frame.theta_hat
@@ -254,11 +260,12 @@ def _build(vars, model, cv_order, temperature, proposal, map_point, proposal_cov
     t0 = time.perf_counter()
     control_variate = None
     if cv_order is not None:
-        control_variate = TaylorControlVariate(
-            lik, theta_hat, cv_order,
-            sums=(reference.loglik, reference.grad_sum, reference.hess_sum),
-            glm_terms=reference_pass.terms,
-        )
+        with build_phase("control variates"):
+            control_variate = TaylorControlVariate(
+                lik, theta_hat, cv_order,
+                sums=(reference.loglik, reference.grad_sum, reference.hess_sum),
+                glm_terms=reference_pass.terms,
+            )
     profile["control_variate_s"] = time.perf_counter() - t0
     # the user's random-walk covariance in whitened coordinates: Δφ = RᵀΔθ
     r = frame.chol_precision

@@ -19,6 +19,7 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.util import RandomGenerator, get_random_generator
 
+from pymc_subsample.model.build_progress import BuildProgress
 from pymc_subsample.model.reference import MODE_TOLERANCE
 from pymc_subsample.model.setup import Setup, build_setup, default_data_pass
 from pymc_subsample.steps.coordinates import Coordinates
@@ -98,6 +99,10 @@ class SubsamplingStep(ProgressBar, TunedProposal, Coordinates, ArrayStepShared):
         Newton distance (posterior standard deviations) below which ``θ̂`` counts as a mode.
     compile_kwargs : dict, optional
         Passed to PyTensor compilation, e.g. ``{"mode": "NUMBA"}``.
+    progressbar : bool
+        Show the build's phase while it runs (and a bar over the rows of a pass that takes
+        more than a second) and one line with its seconds per phase at the end, on standard
+        error (:mod:`pymc_subsample.model.build_progress`); ``False``: nothing.
     model : pymc.Model, optional
     rng : RandomGenerator, optional
         Seed or generator; ``pm.sample(random_seed=...)`` replaces it per chain.
@@ -137,21 +142,23 @@ class SubsamplingStep(ProgressBar, TunedProposal, Coordinates, ArrayStepShared):
         init: str = "laplace",
         map_tolerance: float = MODE_TOLERANCE,
         compile_kwargs: dict | None = None,
+        progressbar: bool = True,
         model: pm.Model | None = None,
         rng: RandomGenerator = None,
         blocked: bool = True,
         initial_point: dict | None = None,
     ) -> None:
         #: everything read off the model before the first draw (:mod:`pymc_subsample.model.setup`)
-        self.setup = build_setup(
-            vars, model=model, cv_order=cv_order, temperature=temperature,
-            proposal=self.default_proposal if proposal is None else proposal,
-            map_point=map_point, proposal_cov=proposal_cov, scaling=scaling, df=df,
-            target_accept=target_accept, default_target_accept=self.default_target_accept,
-            row_cost=row_cost, init=init, map_tolerance=map_tolerance,
-            compile_kwargs=compile_kwargs, needs_reference_point=self.needs_reference_point,
-            data_pass=self._data_pass, bound_order=self._bound_order(cv_order),
-        )
+        with BuildProgress(type(self).__name__, enabled=progressbar):
+            self.setup = build_setup(
+                vars, model=model, cv_order=cv_order, temperature=temperature,
+                proposal=self.default_proposal if proposal is None else proposal,
+                map_point=map_point, proposal_cov=proposal_cov, scaling=scaling, df=df,
+                target_accept=target_accept, default_target_accept=self.default_target_accept,
+                row_cost=row_cost, init=init, map_tolerance=map_tolerance,
+                compile_kwargs=compile_kwargs, needs_reference_point=self.needs_reference_point,
+                data_pass=self._data_pass, bound_order=self._bound_order(cv_order),
+            )
         for field in fields(Setup):
             name = field.name
             setattr(self, f"_{name}" if name in _PRIVATE else name, getattr(self.setup, name))
