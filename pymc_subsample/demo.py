@@ -180,12 +180,6 @@ def main(argv: list[str] | None = None) -> Comparison:
         print("  so a long NUTS run would reach a higher ESS per second, roughly "
               f"{1 / (1 - nuts_share):.1f}x this one.")
         print("  Change it with --nuts-draws and --nuts-tune.")
-    profile = result.setup_profiles.get("MHSS-2")
-    if profile:
-        phases = ", ".join(f"{k.removesuffix('_s')} {v:.2f} s" for k, v in profile.items()
-                           if k.endswith("_s") and k != "setup_s")
-        print(f"MHSS-2 setup profile (the step's setup_profile; phases may nest): {phases}; "
-              f"{profile.get('full_data_passes', '?')} passes over all N rows.")
     table = result.table.set_index("method")
     mhss_t, nuts_t = (table.loc[m, "time_to_ess1000_s"] for m in ("MHSS-2", nuts_name))
     print()
