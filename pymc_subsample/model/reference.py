@@ -8,9 +8,10 @@ in one or two steps from a good start, and each step is one pass over the data t
 
 1. **Subsample start.** Newton's method, damped by backtracking, on the log posterior with the
    likelihood of a random subsample of ``n`` rows weighted by ``N/n`` (``n`` a few percent of
-   ``N``): cheap, and within a few posterior standard deviations of the mode. When Newton does
-   not converge there (down a hierarchical model's funnel, say), L-BFGS from the start takes
-   over and Newton finishes (:func:`_newton_or_lbfgs`).
+   ``N``, at most a quarter: :func:`_subsample_rows`): cheap, and within a few posterior
+   standard deviations of the mode. When Newton does not converge there (down a hierarchical
+   model's funnel, say), L-BFGS from the start takes over and Newton finishes
+   (:func:`_newton_or_lbfgs`).
 2. **Full-data Newton passes.** At each pass the Newton distance
    ``‖Lᵀ∇ log π(θ)‖`` (the length of the Newton step in posterior standard deviations, with
    ``L Lᵀ`` the inverse negative Hessian) is computed; the pass whose point is within
@@ -115,6 +116,15 @@ def _prior_terms(lik: SubsampledLikelihood, theta: np.ndarray):
 WARM_START_ROWS = 10_000
 
 
+def _subsample_rows(n: int, d: int) -> int:
+    """Rows of the subsample start: ``max(10⁴, 50·d², N/20)``, a Hessian of ``d`` parameters
+    well estimated, but at most ``N/4`` once that is 10⁴ rows or more, so that the search
+    from PyMC's initial point (Newton, or L-BFGS down a funnel) runs on a subsample rather
+    than in passes over all ``N`` rows; ``N`` itself below that (small data)."""
+    n_sub = max(WARM_START_ROWS, 50 * d * d, n // 20)
+    return min(n_sub, n // 4) if n // 4 >= WARM_START_ROWS else n
+
+
 def fit_reference(
     lik: SubsampledLikelihood,
     data_pass,
@@ -143,7 +153,7 @@ def fit_reference(
     max_passes : int
         Full-data passes allowed before giving up.
     subsample_rows : int, optional
-        Rows of the subsample start (default ``max(10_000, 50·d², N/20)``, at most ``N``).
+        Rows of the subsample start (default :func:`_subsample_rows`).
     seed : int
         Seed of the subsample (the fit is deterministic).
 
@@ -167,7 +177,7 @@ def fit_reference(
             raise ValueError("map_point contains NaN or infinite values")
     else:
         theta = lik.ravel(lik.initial_point)
-    n_sub = subsample_rows or max(10_000, 50 * d * d, n // 20)
+    n_sub = subsample_rows or _subsample_rows(n, d)
     whitening: LaplaceFrame | None = None
 
     def full_objective(th):
@@ -207,9 +217,11 @@ def fit_reference(
                                                            weight=n / n_warm)),
                     theta, tolerance=1.0, max_steps=60,
                 )
-            # from a warm start Newton converges in a few steps; if not, the full-data passes
-            # and their fallback take over
-            theta, prec, _ = _newton(sub_objective, theta, tolerance=1e-3, max_steps=20)
+            # from a warm start Newton converges in a few steps; from PyMC's initial point
+            # (the mouth of a hierarchical model's funnel) L-BFGS takes over, on these rows
+            # rather than on all N (18 passes over 10⁵ rows in a 50-group model); if it does
+            # not converge, the full-data passes and their fallback take over
+            theta, prec = _newton_or_lbfgs(sub_objective, theta, tolerance=1e-3, max_steps=20)
         else:
             prec = sub_objective(theta)[2]
         try:
