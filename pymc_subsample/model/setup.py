@@ -28,6 +28,7 @@ from pymc_subsample.model.control_variates import TaylorControlVariate, validate
 from pymc_subsample.model.frame import LaplaceFrame
 from pymc_subsample.model.glm import detect_location_scale_terms
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.predictors import detect_predictor_terms
 from pymc_subsample.model.passes import DataPass, GenericPass, GLMPass, LocationScalePass
 from pymc_subsample.model.reference import MODE_TOLERANCE, ReferenceFit, fit_reference
 from pymc_subsample.proposals.proposal import PROPOSALS, cholesky_factor, make_proposal
@@ -112,7 +113,15 @@ def glm_data_pass(lik: SubsampledLikelihood, cv_order: int | None = None) -> Dat
     terms = detect_location_scale_terms(lik)
     if terms:
         return LocationScalePass(lik, terms)
-    data_pass = GLMPass(lik)
+    try:
+        data_pass = GLMPass(lik)
+    except SubsamplingModelError as hand_derived:
+        # no hand-derived family reads the model: the bound from its own graph, or the
+        # refusal that says why not (the hand-derived detection's when it names a family link)
+        try:
+            return LocationScalePass(lik, detect_predictor_terms(lik))
+        except SubsamplingModelError as automatic:
+            raise automatic from hand_derived
     data_pass.check_curvature_size()
     return data_pass
 

@@ -1,0 +1,208 @@
+r"""Automatic bounds: the suprema of a row's partial derivatives from its own graph.
+
+A row term ``f(p_1, ..., p_K; data_i)`` whose parameters enter through ``K`` predictors affine
+in ``θ`` (``docs/methods/mhss.md``, "Automatic bounds"; ``ALGORITHMS.md`` §7) needs, for the
+order-``k`` control variates on the region ``‖φ‖ ≤ r``, per row and per multi-index ``α`` with
+``|α| = k + 1``,
+
+.. math::
+
+    S_{\alpha,i} \ge \sup \{ |\partial^\alpha f(u; \mathrm{data}_i)| : u \in B_i \}, \qquad
+    B_i = \prod_j [\hat p_{ij} - r s_{ij},\ \hat p_{ij} + r s_{ij}],
+
+which :func:`~pymc_subsample.bounds.family.combine_multi_partials` turns into the row's
+constant (the same combination the hand-derived location–scale families use). Here
+``∂^α f`` is PyTensor's symbolic derivative: ``f`` is elementwise in the rows, so the gradient
+of ``Σ_i f`` in the vector of ``j``-th predictors is each row's ``∂_j f``, and so on ``k + 1``
+times; PyTensor's rewrites simplify it. The interval evaluator
+(:mod:`~pymc_subsample.bounds.interval`) then encloses it over each row's box, rounding
+outward, so ``S`` is a bound in exact arithmetic, not an estimate. Bisecting the box into
+``pieces`` parts per axis and taking the largest enclosure tightens it (the natural interval
+extension overestimates when a variable appears twice); on tall data the boxes are
+``O(√(d/N))`` wide and the enclosure is close to ``|∂^α f(p̂_i)|`` already.
+
+Exactness needs ``f`` to be ``k + 1`` times differentiable on the box: a ``switch`` of ``f``
+whose condition depends on the predictors (PyMC's ``logpow`` tests ``p = 0``) must be decided
+on the whole box, else the row's bound is infinite (and the model layer refuses); ``abs``,
+``sign``, ``maximum``, ``minimum``, rounding of a predictor are refused outright.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import io_toposort
+from pytensor.scalar import basic as ps
+from pytensor.tensor.elemwise import Elemwise
+
+from pymc_subsample.bounds.family import multi_indices
+from pymc_subsample.bounds.interval import (
+    check_rules,
+    evaluate_intervals,
+    magnitude,
+)
+from pymc_subsample.bounds.remainder import check_order
+
+__all__ = ["AutomaticFamily", "NonSmoothRow"]
+
+#: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
+#: bound
+_KINKS = (ps.Abs, ps.Sign, ps.Maximum, ps.Minimum, ps.Floor, ps.Ceil, ps.RoundHalfToEven,
+          ps.RoundHalfAwayFromZero, ps.Clip)
+
+
+class NonSmoothRow(ValueError):
+    """The row term goes through an op with a kink in a predictor (:attr:`op_name`)."""
+
+    def __init__(self, op_name: str) -> None:
+        self.op_name = op_name
+        super().__init__(f"the row term goes through {op_name} of a predictor (not smooth)")
+
+
+class AutomaticFamily:
+    """The bound of a row term ``f(p_1..p_K; data)`` from its graph, with no per-family code.
+
+    It has the interface the location–scale pass uses for a
+    :class:`~pymc_subsample.bounds.family.LocationScaleFamily` (:meth:`row_logp`,
+    :meth:`all_suprema`, :attr:`n_predictors`, :attr:`name`, :attr:`description`).
+
+    Parameters
+    ----------
+    logp : Variable
+        The row log-density, shape ``(n,)``, a graph of ``predictors``, ``data`` and constants.
+    predictors : sequence of Variable
+        ``K`` float64 vectors, one value per row.
+    data : sequence of Variable
+        The row data the term reads besides the predictors (observations, trials, censoring
+        flags), one value per row or a scalar; :meth:`all_suprema` takes their values in this
+        order as ``params``.
+    name, description : str
+    pieces : int
+        Parts per axis the box is bisected into (``pieces^K`` enclosures per row).
+
+    Raises
+    ------
+    NonSmoothRow
+        If ``f`` takes ``abs``, ``sign``, a rounding, ``maximum`` or ``minimum`` of a predictor.
+    NoIntervalRule
+        If a derivative graph has an op the interval evaluator has no rule for.
+    """
+
+    def __init__(self, logp: Variable, predictors: Sequence[Variable],
+                 data: Sequence[Variable], name: str, description: str,
+                 pieces: int = 2) -> None:
+        self.name = name
+        self.description = description
+        self.pieces = int(pieces)
+        self._f = logp
+        self._predictors = tuple(predictors)
+        self._data = tuple(data)
+        self._derivative_graphs: dict[int, tuple[list[tuple[int, ...]], list[Variable]]] = {}
+        self._conditions = self._predictor_conditions()
+
+    @property
+    def n_predictors(self) -> int:
+        """``K``."""
+        return len(self._predictors)
+
+    def _predictor_conditions(self) -> list[Variable]:
+        """Conditions of ``f``'s switches that depend on a predictor (each must be decided on
+        a row's box); refuse a kink (:data:`_KINKS`) of a predictor."""
+        predictors = set(self._predictors)
+        depends: dict[Variable, bool] = {}
+        conditions = []
+        for node in io_toposort([*self._predictors, *self._data], [self._f]):
+            inputs_depend = [v in predictors or depends.get(v, False) for v in node.inputs]
+            for out in node.outputs:
+                depends[out] = any(inputs_depend)
+            if not isinstance(node.op, Elemwise) or not any(inputs_depend):
+                continue
+            scalar = node.op.scalar_op
+            if isinstance(scalar, _KINKS):
+                raise NonSmoothRow(type(scalar).__name__)
+            if isinstance(scalar, ps.Switch) and inputs_depend[0]:
+                conditions.append(node.inputs[0])
+        return conditions
+
+    def row_logp(self, predictors: Sequence[Variable], y: Variable,
+                 params: Sequence[Variable]) -> Variable:
+        """``f`` per row as a graph of given predictor values and the row data ``params`` (the
+        graphs :attr:`data` stands for); ``y`` is among them where ``f`` reads it."""
+        del y
+        replace = dict(zip(self._predictors, predictors, strict=True))
+        replace.update(zip(self._data, params, strict=True))
+        return graph_replace(self._f, replace, strict=False)
+
+    def derivatives(self, order: int) -> tuple[list[tuple[int, ...]], list[Variable]]:
+        """``(α's, ∂^α f graphs)`` for ``|α| = order + 1``, simplified by PyTensor's rewrites
+        (cached)."""
+        check_order(order)
+        if order not in self._derivative_graphs:
+            alphas = multi_indices(self.n_predictors, order + 1)
+            memo: dict[tuple[int, ...], Variable] = {(0,) * self.n_predictors: self._f}
+
+            def partial(alpha: tuple[int, ...]) -> Variable:
+                if alpha not in memo:
+                    # one derivative fewer in the last predictor with a positive index
+                    j = max(i for i, a in enumerate(alpha) if a)
+                    lower = tuple(a - (i == j) for i, a in enumerate(alpha))
+                    memo[alpha] = pt.grad(partial(lower).sum(), self._predictors[j],
+                                          disconnected_inputs="ignore")
+                return memo[alpha]
+
+            graphs = [pt.cast(pt.broadcast_to(partial(a), self._predictors[0].shape), "float64")
+                      for a in alphas]
+            graphs = rewrite_graph(graphs, include=("canonicalize", "stabilize", "specialize"))
+            self._derivative_graphs[order] = (alphas, list(graphs))
+        return self._derivative_graphs[order]
+
+    def check_rules(self, order: int) -> None:
+        """Raise :class:`~pymc_subsample.bounds.interval.NoIntervalRule` naming an op of the
+        derivative graphs (or of ``f``'s conditions) that has no interval rule."""
+        _, graphs = self.derivatives(order)
+        check_rules([*graphs, *self._conditions], [*self._predictors, *self._data])
+
+    def all_suprema(
+        self,
+        order: int,
+        norms: tuple[np.ndarray, ...],
+        y: np.ndarray,
+        hats: tuple[np.ndarray, ...],
+        radius: float,
+        params: tuple[np.ndarray, ...] = (),
+    ) -> dict[tuple[int, ...], np.ndarray]:
+        """``{α: S_α}`` per row (module docstring) on the box ``|p_j − p̂_j| ≤ radius·s_j``;
+        ``params`` are the values of :attr:`data` on these rows. ``inf`` on a row whose box
+        reaches a pole or leaves a switch of ``f`` undecided."""
+        del y
+        alphas, graphs = self.derivatives(order)
+        n_rows = np.shape(norms[0])[0]
+        centres = [np.broadcast_to(np.asarray(h, dtype=np.float64), (n_rows,)) for h in hats]
+        widths = [radius * np.broadcast_to(np.asarray(s, dtype=np.float64), (n_rows,))
+                  for s in norms]
+        data = {var: np.asarray(value) for var, value in zip(self._data, params, strict=True)}
+        best = {a: np.zeros(n_rows) for a in alphas}
+        undecided = np.zeros(n_rows, dtype=bool)
+        m = self.pieces
+        for cell in np.ndindex(*(m,) * self.n_predictors):
+            boxes = {}
+            for p, c, w, t in zip(self._predictors, centres, widths, cell, strict=True):
+                lo = c - w + 2.0 * w * (t / m)
+                hi = c - w + 2.0 * w * ((t + 1) / m)
+                # outward: the pieces' union covers the box in floating point too
+                boxes[p] = (np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))
+            out = evaluate_intervals([*graphs, *self._conditions], {**boxes, **data})
+            for alpha, enclosure in zip(alphas, out[: len(graphs)], strict=True):
+                best[alpha] = np.maximum(best[alpha], magnitude(enclosure))
+            for lo, hi in out[len(graphs):]:
+                certain, possible = np.asarray(lo, bool), np.asarray(hi, bool)
+                undecided |= np.broadcast_to(certain != possible, (n_rows,))
+        for alpha in alphas:
+            best[alpha] = np.where(undecided, np.inf, best[alpha])
+        return best
+
