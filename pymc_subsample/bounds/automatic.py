@@ -22,9 +22,12 @@ extension overestimates when a variable appears twice); on tall data the boxes a
 ``O(√(d/N))`` wide and the enclosure is close to ``|∂^α f(p̂_i)|`` already.
 
 Exactness needs ``f`` to be ``k + 1`` times differentiable on the box: a ``switch`` of ``f``
-whose condition depends on the predictors (PyMC's ``logpow`` tests ``p = 0``) must be decided
-on the whole box, else the row's bound is infinite (and the model layer refuses); ``abs``,
-``sign``, ``maximum``, ``minimum``, rounding of a predictor are refused outright.
+whose condition is an inequality of the predictors must be decided on the whole box, else the
+row's bound is infinite (and the model layer refuses); ``abs``, ``sign``, ``maximum``,
+``minimum``, rounding of a predictor are refused outright. A switch on an *equality* of a
+predictor (PyMC's ``0·log 0`` conventions: ``switch(α = 1, 0, (α − 1) log y)``) picks a
+special value on a level set where the other branch takes the same value; its derivatives'
+enclosure is the union of both branches', which holds the continuous row term's.
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ class AutomaticFamily:
 
     def __init__(self, logp: Variable, predictors: Sequence[Variable],
                  data: Sequence[Variable], name: str, description: str,
-                 pieces: int = 2) -> None:
+                 pieces: int = 1) -> None:
         self.name = name
         self.description = description
         self.pieces = int(pieces)
@@ -103,6 +106,7 @@ class AutomaticFamily:
         self._predictors = tuple(predictors)
         self._data = tuple(data)
         self._derivative_graphs: dict[int, tuple[list[tuple[int, ...]], list[Variable]]] = {}
+        self._memo: dict[tuple[int, ...], Variable] = {(0,) * len(self._predictors): logp}
         self._conditions = self._predictor_conditions()
 
     @property
@@ -125,8 +129,11 @@ class AutomaticFamily:
             scalar = node.op.scalar_op
             if isinstance(scalar, _KINKS):
                 raise NonSmoothRow(type(scalar).__name__)
-            if isinstance(scalar, ps.Switch) and inputs_depend[0]:
-                conditions.append(node.inputs[0])
+            cond = node.inputs[0]
+            if (isinstance(scalar, ps.Switch) and inputs_depend[0]
+                    and not isinstance(getattr(cond.owner.op, "scalar_op", None),
+                                       ps.EQ | ps.NEQ)):
+                conditions.append(cond)
         return conditions
 
     def row_logp(self, predictors: Sequence[Variable], y: Variable,
@@ -138,27 +145,33 @@ class AutomaticFamily:
         replace.update(zip(self._data, params, strict=True))
         return graph_replace(self._f, replace, strict=False)
 
+    def _partial(self, alpha: tuple[int, ...]) -> Variable:
+        """``∂^α f`` per row (cached): the gradient of the row sum of one derivative fewer."""
+        if alpha not in self._memo:
+            # one derivative fewer in the last predictor with a positive index
+            j = max(i for i, a in enumerate(alpha) if a)
+            lower = tuple(a - (i == j) for i, a in enumerate(alpha))
+            grad = pt.grad(self._partial(lower).sum(), self._predictors[j],
+                           disconnected_inputs="ignore")
+            # simplified at each order (rewriting the third derivatives at once can take
+            # PyTensor minutes), up to the third: the fourth, only the mean-value form's
+            # gradients, would take seconds each and evaluate as well unsimplified
+            self._memo[alpha] = (rewrite_graph(grad, include=("canonicalize",))
+                                 if sum(alpha) <= 3 else grad)
+        return self._memo[alpha]
+
     def derivatives(self, order: int) -> tuple[list[tuple[int, ...]], list[Variable]]:
-        """``(α's, ∂^α f graphs)`` for ``|α| = order + 1``, simplified by PyTensor's rewrites
-        (cached)."""
+        """``(α's, graphs)``: ``∂^α f`` for ``|α| = order + 1``, then ``∂^β f`` for
+        ``|β| = order + 2`` (the mean-value form's gradients), simplified by PyTensor's
+        rewrites (cached)."""
         check_order(order)
         if order not in self._derivative_graphs:
-            alphas = multi_indices(self.n_predictors, order + 1)
-            memo: dict[tuple[int, ...], Variable] = {(0,) * self.n_predictors: self._f}
-
-            def partial(alpha: tuple[int, ...]) -> Variable:
-                if alpha not in memo:
-                    # one derivative fewer in the last predictor with a positive index
-                    j = max(i for i, a in enumerate(alpha) if a)
-                    lower = tuple(a - (i == j) for i, a in enumerate(alpha))
-                    memo[alpha] = pt.grad(partial(lower).sum(), self._predictors[j],
-                                          disconnected_inputs="ignore")
-                return memo[alpha]
-
-            graphs = [pt.cast(pt.broadcast_to(partial(a), self._predictors[0].shape), "float64")
+            alphas = [*multi_indices(self.n_predictors, order + 1),
+                      *multi_indices(self.n_predictors, order + 2)]
+            shape = self._predictors[0].shape
+            graphs = [pt.cast(pt.broadcast_to(self._partial(a), shape), "float64")
                       for a in alphas]
-            graphs = rewrite_graph(graphs, include=("canonicalize", "stabilize", "specialize"))
-            self._derivative_graphs[order] = (alphas, list(graphs))
+            self._derivative_graphs[order] = (alphas, graphs)
         return self._derivative_graphs[order]
 
     def check_rules(self, order: int) -> None:
@@ -176,17 +189,25 @@ class AutomaticFamily:
         radius: float,
         params: tuple[np.ndarray, ...] = (),
     ) -> dict[tuple[int, ...], np.ndarray]:
-        """``{α: S_α}`` per row (module docstring) on the box ``|p_j − p̂_j| ≤ radius·s_j``;
+        r"""``{α: S_α}`` per row (module docstring) on the box ``|p_j − p̂_j| ≤ radius·s_j``;
         ``params`` are the values of :attr:`data` on these rows. ``inf`` on a row whose box
-        reaches a pole or leaves a switch of ``f`` undecided."""
+        reaches a pole or leaves a switch of ``f`` undecided.
+
+        Each ``S_α`` is the smaller of two enclosures of ``sup_B |∂^α f|``: the natural one
+        (the largest over the ``pieces^K`` parts of the box) and the mean-value form
+        :math:`|\partial^\alpha f(\hat p)| + \sum_j w_j \sup_B |\partial_j\partial^\alpha
+        f|` (``w_j = radius·s_j``), which is tight to first order in the box's width where the
+        natural one suffers from a variable that appears several times.
+        """
         del y
         alphas, graphs = self.derivatives(order)
+        n_alpha = len(multi_indices(self.n_predictors, order + 1))
         n_rows = np.shape(norms[0])[0]
         centres = [np.broadcast_to(np.asarray(h, dtype=np.float64), (n_rows,)) for h in hats]
         widths = [radius * np.broadcast_to(np.asarray(s, dtype=np.float64), (n_rows,))
                   for s in norms]
         data = {var: np.asarray(value) for var, value in zip(self._data, params, strict=True)}
-        best = {a: np.zeros(n_rows) for a in alphas}
+        sup = {a: np.zeros(n_rows) for a in alphas}
         undecided = np.zeros(n_rows, dtype=bool)
         m = self.pieces
         for cell in np.ndindex(*(m,) * self.n_predictors):
@@ -198,11 +219,20 @@ class AutomaticFamily:
                 boxes[p] = (np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))
             out = evaluate_intervals([*graphs, *self._conditions], {**boxes, **data})
             for alpha, enclosure in zip(alphas, out[: len(graphs)], strict=True):
-                best[alpha] = np.maximum(best[alpha], magnitude(enclosure))
+                sup[alpha] = np.maximum(sup[alpha], magnitude(enclosure))
             for lo, hi in out[len(graphs):]:
                 certain, possible = np.asarray(lo, bool), np.asarray(hi, bool)
                 undecided |= np.broadcast_to(certain != possible, (n_rows,))
-        for alpha in alphas:
-            best[alpha] = np.where(undecided, np.inf, best[alpha])
+        at_centre = evaluate_intervals(graphs[:n_alpha],
+                                       {**dict(zip(self._predictors, centres, strict=True)),
+                                        **data})
+        best = {}
+        for alpha, enclosure in zip(alphas[:n_alpha], at_centre, strict=True):
+            mean_value = magnitude(enclosure)
+            for j, w in enumerate(widths):
+                beta = tuple(a + (i == j) for i, a in enumerate(alpha))
+                mean_value = mean_value + sup[beta] * w
+            # rounded up: the sum of bounds is a bound in exact arithmetic
+            mean_value = np.nextafter(mean_value * (1.0 + 4.0 * np.finfo(float).eps), np.inf)
+            best[alpha] = np.where(undecided, np.inf, np.minimum(sup[alpha], mean_value))
         return best
-

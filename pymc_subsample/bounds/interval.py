@@ -42,6 +42,7 @@ from pytensor.tensor.basic import (
     TensorFromScalar,
 )
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.math import Sum
 from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
 from pytensor.tensor.subtensor import (
     AdvancedSubtensor,
@@ -419,6 +420,17 @@ def _perform(node, values: list) -> np.ndarray:
     return storage[0][0]
 
 
+def _sum(node, args: list[Interval]) -> Interval:
+    """A sum over axes: the sums of the ends, widened by the summation's rounding error
+    (at most ``(n − 1)·eps·Σ|x|`` for ``n`` terms)."""
+    (lo, hi), = args
+    lo_sum, hi_sum = (np.asarray(_perform(node, [v])) for v in (lo, hi))
+    count = max(1, np.size(lo) // max(1, np.size(lo_sum)))
+    size = np.asarray(_perform(node, [np.maximum(np.abs(lo), np.abs(hi))]))
+    slack = count * _EPS * size
+    return _outward(lo_sum - slack, hi_sum + slack, _REL_ARITH)
+
+
 def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
               outputs: Sequence[Variable]) -> list[Interval]:
     env: dict[Variable, Interval] = dict(zip(inputs, enclosures, strict=True))
@@ -436,7 +448,7 @@ def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
             raise NoIntervalRule(type(op).__name__, "an op with several outputs")
         out = node.outputs[0]
         if (not out.type.dtype.startswith("float") and all(_exact(a) for a in args)
-                and isinstance(op, Elemwise | ps.ScalarOp | _SHAPE | _STRUCTURAL)):
+                and isinstance(op, (Elemwise, ps.ScalarOp, *_SHAPE, *_STRUCTURAL))):
             # integer or boolean values of exact inputs (shapes, data flags): exact
             value = np.asarray(_perform(node, [a[0] for a in args]))
             result = (value, value)
@@ -449,6 +461,8 @@ def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
         elif isinstance(op, _SHAPE):
             value = np.asarray(_perform(node, [a[0] for a in args]))
             result = (value, value)
+        elif isinstance(op, Sum):
+            result = _sum(node, args)
         elif isinstance(op, _STRUCTURAL):
             # the non-value inputs (indices, shapes) must be exact
             lo = _perform(node, [a[0] for a in args])
@@ -516,5 +530,5 @@ def check_rules(outputs: Sequence[Variable], inputs: Sequence[Variable]) -> None
             _check_scalar(op.scalar_op)
         elif isinstance(op, ps.ScalarOp):
             _check_scalar(op)
-        elif not isinstance(op, _SHAPE | _STRUCTURAL):
+        elif not isinstance(op, (Sum, *_SHAPE, *_STRUCTURAL)):
             raise NoIntervalRule(type(op).__name__)

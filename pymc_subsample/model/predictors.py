@@ -37,7 +37,7 @@ from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Sub
 from pymc_subsample.bounds.automatic import AutomaticFamily, NonSmoothRow
 from pymc_subsample.bounds.interval import NoIntervalRule
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.model.glm import _rows_of_affine, unsupported
+from pymc_subsample.model.glm import _rows_of_affine, _simplify_log, unsupported
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 __all__ = ["PredictorTerm", "detect_predictor_terms"]
@@ -66,6 +66,36 @@ class PredictorTerm:
 def _drop_check(fgraph, node):
     """PyMC's parameter checks (``σ > 0``) hold on the support the transforms keep to."""
     return [node.inputs[0]]
+
+
+@node_rewriter([Elemwise])
+def _exp_forms(fgraph, node):
+    """``(e^a)^k → e^{k a}`` and ``b / e^a → b e^{−a}``: one ``exp`` of each predictor
+    expression, so that its derivatives are ``exp`` again, not quotients of powers whose
+    enclosures overestimate (a Weibull's or Exponential's ``y/λ`` with ``λ = e^η``)."""
+    scalar = node.op.scalar_op
+    if isinstance(scalar, ps.Pow):
+        base, k = node.inputs
+        if isinstance(getattr(base.owner and base.owner.op, "scalar_op", None), ps.Exp):
+            out = pt.exp(k * base.owner.inputs[0])
+        else:
+            return None
+    elif isinstance(scalar, ps.TrueDiv):
+        a, b = node.inputs
+        if isinstance(getattr(b.owner and b.owner.op, "scalar_op", None), ps.Exp):
+            out = a * pt.exp(-b.owner.inputs[0])
+        else:
+            return None
+    else:
+        return None
+    return [pt.cast(pt.broadcast_to(out, node.outputs[0].shape), node.outputs[0].dtype)]
+
+
+def _simplify(f: Variable) -> Variable:
+    """``f`` with logs of products, powers and exponentials split (as the hand-derived
+    families' predictors are read) and powers and quotients of ``exp`` folded."""
+    f = rewrite_graph(f, include=(), custom_rewrite=in2out(_exp_forms, ignore_newtrees=False))
+    return _simplify_log(f)
 
 
 #: elementwise ops through which a predictor stays affine when every input is
@@ -285,6 +315,8 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
                     "its parameters (one value per row is needed)")
         data = [var.type(f"data{k}") for k, var in enumerate(leaves)]
         f = _substitute(name, f, dict(zip(leaves, data, strict=True)))
+        # log(a^k) → k log a, log(e^a) → a, ...: fewer repeated variables, tighter enclosures
+        f = _simplify(f)
         stray = [v for v in _all_inputs(f) if not isinstance(v, Constant)
                  and v not in placeholder_set and v not in set(data)]
         if stray:
