@@ -177,8 +177,10 @@ class AutomaticFamily:
     def check_rules(self, order: int) -> None:
         """Raise :class:`~pymc_subsample.bounds.interval.NoIntervalRule` naming an op of the
         derivative graphs (or of ``f``'s conditions) that has no interval rule."""
+        inputs = [*self._predictors, *self._data]
+        check_rules([self._f], inputs)  # the row term's own ops first: named as written
         _, graphs = self.derivatives(order)
-        check_rules([*graphs, *self._conditions], [*self._predictors, *self._data])
+        check_rules([*graphs, *self._conditions], inputs)
 
     def all_suprema(
         self,

@@ -21,12 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import pytensor.tensor as pt
 from pymc.logprob.utils import CheckParameterValue
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
-from pytensor.graph.traversal import io_toposort
+from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.scalar import basic as ps
 from pytensor.tensor.basic import Alloc, Join, MakeVector
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
@@ -231,28 +232,33 @@ def _substitute(name: str, graph: Variable, replace: dict[Variable, Variable]) -
                 "enter through affine predictors, one value per row or one for all rows)")
         for old, value in zip(node.outputs, out, strict=True):
             new[old] = value
-    return new[graph]
+    return new.get(graph, graph)
 
 
 def _dist_name(block) -> str:
     return type(block.rv.owner.op).__name__.removesuffix("RV")
 
 
+#: the refusal of a row term that is not a function of row-wise or scalar affine predictors
+_NOT_PREDICTORS = (
+    "its row term reaches the sampled parameters other than through predictors affine in "
+    "them with one value per row or one for all rows (eta = X @ b, b[g], a log-transformed "
+    "scale): through {what}. Write the likelihood in such predictors"
+)
+
+
 def _check_shapes(lik: SubsampledLikelihood, name: str, predictors: list[Variable]) -> None:
     """Each predictor is one value per row or a scalar: checked on 3 rows at the initial
     point (a static shape of ``N`` is not there after the rebuild on ``idx``)."""
-    import numpy as np
-
     fn = lik.compile([lik.theta, lik.idx], [p.shape for p in predictors], once=True)
     theta = lik.ravel(lik.initial_point)
-    for var, shape in zip(predictors, fn(theta, np.arange(3, dtype=np.int64)), strict=True):
+    n = min(lik.n_rows, 7)
+    for var, shape in zip(predictors, fn(theta, np.arange(n, dtype=np.int64)), strict=True):
         shape = tuple(int(s) for s in shape)
-        if shape not in ((), (1,), (3,)):
-            raise unsupported(
-                name, f"its row term reaches the parameters through {var} of shape "
-                f"{shape} on 3 rows, which is neither one value per row nor a scalar (a vector "
-                "of parameters indexed by the data, such as cutpoints or class coefficients, "
-                "is not read yet)")
+        if shape not in ((), (1,), (n,)):
+            raise unsupported(name, _NOT_PREDICTORS.format(
+                what=f"{var} of shape {shape} on {n} rows (a vector of parameters, or one "
+                     "indexed by the data such as cutpoints, is not read yet)"))
 
 
 def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[PredictorTerm]:
@@ -279,9 +285,8 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
             raise unsupported(name, "its row term does not depend on the sampled parameters")
         for var in found:
             if var.type.ndim > 1:
-                raise unsupported(
-                    name, f"its row term reaches the parameters through {var} with "
-                    f"{var.type.ndim} axes (one predictor per row is needed)")
+                raise unsupported(name, _NOT_PREDICTORS.format(
+                    what=f"an array of {var.type.ndim} axes ({var})"))
         cores: list[Variable] = []
         for var in found:
             if _core(var) not in cores:
@@ -347,6 +352,4 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
 
 
 def _all_inputs(graph: Variable) -> list[Variable]:
-    from pytensor.graph.traversal import graph_inputs
-
     return list(graph_inputs([graph]))
