@@ -289,8 +289,7 @@ def _second(_shape: Interval, x: Interval) -> Interval:
 
 def _log1mexp(x: Interval) -> Interval:
     """``log(1 − e^x)``: decreasing on ``x < 0``, undefined (whole line) from 0."""
-    rule = _monotone(lambda v: np.log(-np.expm1(v)), increasing=False, domain=0.0,
-                     closed=False)
+    rule = _monotone(lambda v: np.log(-np.expm1(v)), increasing=False)
     lo, hi = x
     out = rule((lo, hi))
     # domain here is x < 0: a box that reaches 0 is the whole line
