@@ -44,7 +44,7 @@ def _boxes(rng, n, low=-4.0, high=4.0, max_width=2.0):
 def _inside(rng, lo, hi, k=8):
     t = rng.uniform(0.0, 1.0, (k, lo.size))
     t[0], t[1] = 0.0, 1.0  # the ends themselves
-    return lo + t * (hi - lo)
+    return np.clip(lo + t * (hi - lo), lo, hi)  # lo + (hi − lo) may round past hi
 
 
 UNARY = {
@@ -53,7 +53,8 @@ UNARY = {
     "expm1": (pt.expm1, np.expm1, (-30, 30)),
     "log": (pt.log, np.log, (1e-3, 50)),
     "log1p": (pt.log1p, np.log1p, (-0.99, 50)),
-    "log1mexp": (pt.log1mexp, lambda v: np.log(-np.expm1(v)), (-30, -1e-3)),
+    "log1mexp": (pt.log1mexp, lambda v: np.where(v < -np.log(2), np.log1p(-np.exp(v)),
+                                                 np.log(-np.expm1(v))), (-30, -1e-3)),
     "softplus": (pt.softplus, lambda v: np.logaddexp(0, v), (-30, 30)),
     "sigmoid": (pt.sigmoid, sc.expit, (-30, 30)),
     "tanh": (pt.tanh, np.tanh, (-5, 5)),
@@ -91,7 +92,6 @@ BINARY = {
 def _check_enclosure(lo, hi, values):
     values = np.asarray(values)
     finite = np.isfinite(values)
-    assert np.all(lo[None, :] <= values) or not np.any(finite), "below the enclosure"
     ok = (lo[None, :] <= values) & (values <= hi[None, :])
     assert np.all(ok | ~finite), f"{(~ok & finite).sum()} values outside their enclosure"
 
