@@ -29,6 +29,7 @@ from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.scalar import basic as ps
+from pytensor.scalar import math as psm
 from pytensor.tensor.basic import Alloc, Join, MakeVector
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
@@ -69,13 +70,37 @@ def _drop_check(fgraph, node):
     return [node.inputs[0]]
 
 
+def _scalar_of(var: Variable):
+    return getattr(var.owner.op, "scalar_op", None) if var.owner is not None else None
+
+
+def _negated(var: Variable) -> Variable | None:
+    """``x`` when ``var`` is ``−x`` or ``(−1)·x``, else None."""
+    op = _scalar_of(var)
+    if isinstance(op, ps.Neg):
+        return var.owner.inputs[0]
+    if isinstance(op, ps.Mul) and len(var.owner.inputs) == 2:
+        a, b = var.owner.inputs
+        for c, x in ((a, b), (b, a)):
+            if isinstance(c, Constant) and np.all(np.asarray(c.data) == -1.0):
+                return x
+    return None
+
+
 @node_rewriter([Elemwise])
 def _exp_forms(fgraph, node):
-    """``(e^a)^k → e^{k a}`` and ``b / e^a → b e^{−a}``: one ``exp`` of each predictor
-    expression, so that its derivatives are ``exp`` again, not quotients of powers whose
-    enclosures overestimate (a Weibull's or Exponential's ``y/λ`` with ``λ = e^η``)."""
+    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)`` and
+    ``log σ(z) → −softplus(−z)``: each predictor expression once, so that the derivatives are
+    not quotients of repeated terms whose enclosures overestimate (a Weibull's or
+    Exponential's ``y/λ`` with ``λ = e^η``, a Bernoulli's ``log1p(−σ(η))``)."""
     scalar = node.op.scalar_op
-    if isinstance(scalar, ps.Pow):
+    negated = _negated(node.inputs[0]) if isinstance(scalar, ps.Log1p) else None
+    if negated is not None and isinstance(_scalar_of(negated), psm.Sigmoid):
+        # log(1 − σ(z)) = −softplus(z): monotone, one occurrence of z
+        out = -pt.softplus(negated.owner.inputs[0])
+    elif isinstance(scalar, ps.Log) and isinstance(_scalar_of(node.inputs[0]), psm.Sigmoid):
+        out = -pt.softplus(-node.inputs[0].owner.inputs[0])
+    elif isinstance(scalar, ps.Pow):
         base, k = node.inputs
         if isinstance(getattr(base.owner and base.owner.op, "scalar_op", None), ps.Exp):
             out = pt.exp(k * base.owner.inputs[0])

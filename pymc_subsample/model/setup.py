@@ -108,8 +108,15 @@ def default_data_pass(lik: SubsampledLikelihood, cv_order: int | None) -> DataPa
         return GenericPass(lik, exact_hessian=cv_order == 2)
 
 
+#: Private: make :func:`glm_data_pass` read every model with the automatic bound, to compare
+#: it with the hand-derived one (``benchmarks/automatic_bounds.py``); never set by the package.
+_AUTOMATIC_ONLY = False
+
+
 def glm_data_pass(lik: SubsampledLikelihood, cv_order: int | None = None) -> DataPass:
     """The pass of a model MHSS bounds itself: a GLM, its detection naming what is missing."""
+    if _AUTOMATIC_ONLY:  # benchmarks: the automatic bound where a hand-derived one applies
+        return LocationScalePass(lik, detect_predictor_terms(lik))
     terms = detect_location_scale_terms(lik)
     if terms:
         return LocationScalePass(lik, terms)
