@@ -51,7 +51,22 @@ from pymc_subsample.bounds.interval import (
 )
 from pymc_subsample.bounds.remainder import check_order
 
-__all__ = ["AutomaticFamily", "NonSmoothRow"]
+__all__ = ["AUTOMATIC_FAMILIES", "AutomaticFamily", "NonSmoothRow"]
+
+#: Families MHSS bounds from the model's graph, each checked against NUTS
+#: (``tests/test_posterior_automatic.py``) or run at 10⁶ (``benchmarks/automatic_bounds.py``):
+#: ``(name, how it is written in PyMC)``. The README's families table lists them beside the
+#: hand-derived ones (:func:`~pymc_subsample.bounds.family.registered`); any other row-wise
+#: likelihood whose parameters enter through affine predictors is read the same way.
+AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("binomial", "Binomial with n=trials per row and logit_p=η (or p=invlogit(η))"),
+    ("beta_binomial", "BetaBinomial with n=trials, alpha=p * phi, beta=(1 - p) * phi, "
+                      "p=invlogit(η), phi sampled"),
+    ("lognormal", "LogNormal with mu=η and a sampled sigma"),
+    ("exponential", "Exponential with lam=exp(-η)"),
+    ("weibull", "Weibull with beta=exp(η) and a sampled alpha"),
+    ("beta", "Beta with alpha=p * phi, beta=(1 - p) * phi, p=invlogit(η), phi sampled"),
+)
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
 #: bound
