@@ -180,8 +180,8 @@ def _box_setup(rng, k):
     return hats, norms, 5.0  # the region radius for d of about 10
 
 
-def _points(rng, hats, norms, radius, k=1):
-    return [h + radius * s * rng.uniform(-1, 1, N_BOXES) for h, s in zip(hats, norms)]
+def _points(rng, hats, norms, radius):
+    return [h + radius * s * rng.uniform(-1, 1, N_BOXES) for h, s in zip(hats, norms, strict=True)]
 
 
 LOGISTIC_DERIVATIVES = {  # f = y η − softplus(η): f'' = −σ(1−σ), f''' = −σ(1−σ)(1−2σ)

@@ -327,17 +327,8 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
             raise unsupported(name, "its row term depends on the parameters beyond its "
                               "affine predictors in a way not read here")
         # the row data f reads: its maximal parameter-free sub-expressions that read rows
-        data_reader = _Reader(lik.theta, rows)
         placeholder_set = set(placeholders)
-
-        def has_predictor(v, memo={}):  # noqa: B006 - a cache for this block only
-            if v not in memo:
-                memo[v] = v in placeholder_set or (
-                    v.owner is not None and any(has_predictor(w) for w in v.owner.inputs))
-            return memo[v]
-
-        leaves = _maximal(f, lambda v: not has_predictor(v) and data_reader.depends(v, "rows"),
-                          has_predictor)
+        leaves = _row_data(f, placeholder_set, _Reader(lik.theta, rows))
         for var in leaves:
             if var.type.ndim > 1:
                 raise unsupported(
@@ -374,6 +365,20 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
         terms.append(PredictorTerm(name, family, predictors, predictor_rows, block.value,
                                    tuple(leaves)))
     return terms
+
+
+def _row_data(f: Variable, placeholders: set[Variable], reader: _Reader) -> list[Variable]:
+    """The maximal sub-expressions of ``f`` free of the predictors that read the rows."""
+    memo: dict[Variable, bool] = {}
+
+    def has_predictor(v: Variable) -> bool:
+        if v not in memo:
+            memo[v] = v in placeholders or (
+                v.owner is not None and any(has_predictor(w) for w in v.owner.inputs))
+        return memo[v]
+
+    return _maximal(f, lambda v: not has_predictor(v) and reader.depends(v, "rows"),
+                    has_predictor)
 
 
 def _all_inputs(graph: Variable) -> list[Variable]:

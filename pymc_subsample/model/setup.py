@@ -28,8 +28,8 @@ from pymc_subsample.model.control_variates import TaylorControlVariate, validate
 from pymc_subsample.model.frame import LaplaceFrame
 from pymc_subsample.model.glm import detect_location_scale_terms
 from pymc_subsample.model.likelihood import SubsampledLikelihood
-from pymc_subsample.model.predictors import detect_predictor_terms
 from pymc_subsample.model.passes import DataPass, GenericPass, GLMPass, LocationScalePass
+from pymc_subsample.model.predictors import detect_predictor_terms
 from pymc_subsample.model.reference import MODE_TOLERANCE, ReferenceFit, fit_reference
 from pymc_subsample.proposals.proposal import PROPOSALS, cholesky_factor, make_proposal
 from pymc_subsample.proposals.tuning import ESJDTuner, ScaleAdapter
