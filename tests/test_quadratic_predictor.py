@@ -171,7 +171,7 @@ def test_a_product_of_three_is_read_by_the_automatic_bound():
         b = pm.Normal("b", 0.0, 5.0, shape=4)
         pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + b[1] * b[2] * b[3] * X[:, 1],
                      observed=(X[:, 1] > 0).astype(int))
-        step = pms.MHSS()
+        step = pms.MHSS(cv_order=1)  # order 1: fewer derivative graphs in 4 predictors
     (term,) = step._reference_pass.terms
     assert isinstance(term, PredictorTerm) and term.family.n_predictors == 4
     assert np.all(np.isfinite(step.row_constants))

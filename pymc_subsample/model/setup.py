@@ -116,7 +116,7 @@ _AUTOMATIC_ONLY = False
 def glm_data_pass(lik: SubsampledLikelihood, cv_order: int | None = None) -> DataPass:
     """The pass of a model MHSS bounds itself: a GLM, its detection naming what is missing."""
     if _AUTOMATIC_ONLY:  # benchmarks: the automatic bound where a hand-derived one applies
-        return LocationScalePass(lik, detect_predictor_terms(lik))
+        return LocationScalePass(lik, detect_predictor_terms(lik, cv_order or 2))
     terms = detect_location_scale_terms(lik)
     if terms:
         return LocationScalePass(lik, terms)
@@ -126,7 +126,7 @@ def glm_data_pass(lik: SubsampledLikelihood, cv_order: int | None = None) -> Dat
         # no hand-derived family reads the model: the bound from its own graph, or the
         # refusal that says why not (the hand-derived detection's when it names a family link)
         try:
-            return LocationScalePass(lik, detect_predictor_terms(lik))
+            return LocationScalePass(lik, detect_predictor_terms(lik, cv_order or 2))
         except SubsamplingModelError as automatic:
             raise automatic from hand_derived
     data_pass.check_curvature_size()
