@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from pymc_subsample.bounds import location_scale_families, registered
+from pymc_subsample.bounds.automatic import AUTOMATIC_FAMILIES
 from pymc_subsample.steps import MHSS, AusterityMH, BarkerMinibatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,18 +135,21 @@ def test_readme_install_lines():
 def families_table() -> str:
     """The README's families table, from the registry (``bounds.registered()`` and
     ``bounds.location_scale_families()``)."""
-    rows = ["| family | written in PyMC as (η affine in the parameters) | bound holds |",
-            "|---|---|---|"]
+    rows = ["| family | written in PyMC as (η affine in the parameters) | bound | holds |",
+            "|---|---|---|---|"]
     for fam in (*registered(), *location_scale_families()):
         # two-predictor (sampled scale, shape, dispersion or ν) families are all region-valid
         where = "on a region" if getattr(fam, "region_only", True) else "everywhere"
         written = re.sub(r"\beta\b", "η", fam.description)
-        rows.append(f"| `{fam.name}` | {written} | {where} |")
+        rows.append(f"| `{fam.name}` | {written} | hand-derived | {where} |")
+    for name, written in AUTOMATIC_FAMILIES:
+        rows.append(f"| `{name}` | {written} | automatic | on a region |")
     return "\n".join(rows)
 
 
 def registry_names() -> set[str]:
-    return {fam.name for fam in (*registered(), *location_scale_families())}
+    return {fam.name for fam in (*registered(), *location_scale_families())} | {
+        name for name, _ in AUTOMATIC_FAMILIES}
 
 
 def test_readme_families_table_is_the_registry():

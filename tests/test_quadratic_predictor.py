@@ -23,6 +23,7 @@ from pymc_subsample.model.control_variates import loglik_sums
 from pymc_subsample.model.glm import detect_glm_terms
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import QUADRATIC_MAX_DIM, GLMPass
+from pymc_subsample.model.predictors import PredictorTerm
 from tests.family_checks import build, check_posterior
 from tests.pairs import assert_stored_constants, worst_bound_ratio
 
@@ -162,14 +163,18 @@ def test_remainders_and_the_bound_on_random_pairs(case):
         assert 1e-3 < ratio <= 1.0, f"max |ξ|/bound = {ratio}"
 
 
-def test_a_product_of_three_is_refused():
+def test_a_product_of_three_is_read_by_the_automatic_bound():
+    """Neither affine nor quadratic: no hand-derived family reads it, the automatic bound does,
+    with the row predictor X @ b and the three scalars as predictors."""
     X, _ = _data()
     with pm.Model():
         b = pm.Normal("b", 0.0, 5.0, shape=4)
         pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + b[1] * b[2] * b[3] * X[:, 1],
-                     observed=np.zeros(N_ROWS))
-        with pytest.raises(SubsamplingModelError, match=r"'y'.*not affine.*nor quadratic"):
-            pms.MHSS()
+                     observed=(X[:, 1] > 0).astype(int))
+        step = pms.MHSS(cv_order=1)  # order 1: fewer derivative graphs in 4 predictors
+    (term,) = step._reference_pass.terms
+    assert isinstance(term, PredictorTerm) and term.family.n_predictors == 4
+    assert np.all(np.isfinite(step.row_constants))
 
 
 def test_a_product_among_too_many_parameters_is_refused_before_the_fit():

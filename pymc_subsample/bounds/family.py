@@ -245,6 +245,12 @@ class LocationScaleFamily:
         fixed parameters followed by the further predictors (:attr:`log_params`)."""
         raise NotImplementedError
 
+    def row_logp(self, predictors: tuple[Variable, ...], y: Variable,
+                 params: tuple[Variable, ...]) -> Variable:
+        """:meth:`logp` with every predictor in one tuple (the interface the location–scale
+        pass shares with :class:`~pymc_subsample.bounds.automatic.AutomaticFamily`)."""
+        return self.logp(predictors[0], predictors[1], y, *params, *predictors[2:])
+
     def suprema(
         self,
         order: int,

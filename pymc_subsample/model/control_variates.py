@@ -24,7 +24,7 @@ from pytensor.gradient import Rop
 from pytensor.graph.replace import graph_replace
 
 from pymc_subsample.model.glm import (
-    LocationScaleTerm,
+    GLMTerm,
     family_terms,
     location_scale_terms,
     upper_pairs,
@@ -110,7 +110,7 @@ class TaylorControlVariate:
         self.loglik_hat, self.grad_sum, self.hess_sum = sums
         if not glm_terms:
             graph = self._remainder_graph()
-        elif isinstance(glm_terms[0], LocationScaleTerm):
+        elif not isinstance(glm_terms[0], GLMTerm):  # predictors: location–scale or automatic
             graph = self._location_scale_remainder_graph(glm_terms)
         else:
             graph = self._glm_remainder_graph(glm_terms)

@@ -504,7 +504,7 @@ def location_scale_terms(
     gradient of ``Σ f`` in the vector of first predictors is the per-row ``f_1``, and so on.
     """
     ps = [pt.vector(f"predictor_{j}", dtype="float64") for j in range(len(predictors))]
-    f = term.family.logp(ps[0], ps[1], pt.cast(term.y, "float64"), *term.params, *ps[2:])
+    f = term.family.row_logp(tuple(ps), pt.cast(term.y, "float64"), tuple(term.params))
     f = pt.cast(pt.broadcast_to(f, ps[0].shape), "float64")
     grad = pt.grad(f.sum(), ps, disconnected_inputs="ignore")
     hess = [pt.grad(grad[j].sum(), ps[k], disconnected_inputs="ignore")

@@ -52,6 +52,7 @@ from pymc_subsample.model.glm import (
     weighted_curvature,
 )
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.predictors import PredictorTerm
 
 __all__ = [
     "DataPass",
@@ -452,10 +453,13 @@ class LocationScalePass(GLMPass):
     # (values near -1e223, or NaN): the check waits for the first full pass, near the mode
     check_subsamples = False
 
-    def __init__(self, lik: SubsampledLikelihood, terms: list[LocationScaleTerm]) -> None:
+    def __init__(self, lik: SubsampledLikelihood,
+                 terms: list[LocationScaleTerm] | list[PredictorTerm]) -> None:
         self.lik, self.terms = lik, terms
         self._compile_pass()
         self.region_radius = region_radius(lik.dim)
+        # one predictor a row (an automatic bound's): the derivative tensor is of rank one
+        self.sharp_angles = all(t.family.n_predictors == 1 for t in terms)
 
     def _term_outputs(self, term: LocationScaleTerm) -> list[Variable]:
         """``Σ f``, the predictor rows, the gradient and Hessian in the predictors, the
@@ -497,7 +501,7 @@ class LocationScalePass(GLMPass):
     def _constants_store(self, order: int, levels: int):
         """The shared-scale bound's :class:`~pymc_subsample.bounds.SharedScaleRows` for one
         observed variable (Corollary 2's constants among them), else ``c_i``."""
-        if len(self.terms) == 1:
+        if len(self.terms) == 1 and self.terms[0].family.n_predictors > 1:
             return SharedScaleRows.empty(self.lik.n_rows, order,
                                          self.terms[0].family.n_predictors)
         return super()._constants_store(order, 0)
@@ -519,10 +523,11 @@ class LocationScalePass(GLMPass):
                             else whiten_rows(x))
         norms = tuple(row_norms(x) for x in whitened)
         sup = term.family.all_suprema(order, norms, y, preds, self.region_radius, params)
+        _check_finite(term, sup, y)
         cos = (row_cosines(whitened[0], whitened[1], norms[0], norms[1]) if len(rows) == 2
                else None)
         plain = combine_predictor_partials(order, sup, norms, cos)
-        if len(self.terms) != 1:
+        if len(self.terms) != 1 or len(rows) == 1:
             return plain
         temperature = self.lik.temperature
         weights = shared_scale_rows(order, {k: v / temperature for k, v in sup.items()},
@@ -530,6 +535,19 @@ class LocationScalePass(GLMPass):
         shared_rows = np.array([x[0] for x in whitened[1:]])
         return (weights, round_up_float32(plain / temperature),
                 (shared_rows[0] if len(rows) == 2 else shared_rows) if shared else None)
+
+
+def _check_finite(term, suprema: dict, y: np.ndarray) -> None:
+    """Refuse, naming the variable, a row whose derivative suprema are not finite on its box
+    (an automatic bound whose box reaches a pole or an undecided switch of the row term)."""
+    bad = ~np.isfinite(np.stack([np.broadcast_to(v, np.shape(y)) for v in suprema.values()]))
+    if np.any(bad):
+        row = int(np.argmax(bad.any(axis=0)))
+        raise unsupported(
+            term.name, f"the derivatives of its row term have no finite bound on the region "
+            f"around the reference point on {int(bad.any(axis=0).sum())} row(s) of a block "
+            f"(the first with y = {np.asarray(y).ravel()[row]!r}): the row's predictors can "
+            "reach a pole, the edge of the support or a switch of the row term there")
 
 
 class GenericPass:

@@ -30,6 +30,7 @@ from pymc_subsample.model.frame import LaplaceFrame
 from pymc_subsample.model.glm import detect_location_scale_terms
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import DataPass, GenericPass, GLMPass, LocationScalePass
+from pymc_subsample.model.predictors import detect_predictor_terms
 from pymc_subsample.model.reference import MODE_TOLERANCE, ReferenceFit, fit_reference
 from pymc_subsample.proposals.proposal import PROPOSALS, cholesky_factor, make_proposal
 from pymc_subsample.proposals.tuning import ESJDTuner, ScaleAdapter
@@ -108,12 +109,27 @@ def default_data_pass(lik: SubsampledLikelihood, cv_order: int | None) -> DataPa
         return GenericPass(lik, exact_hessian=cv_order == 2)
 
 
+#: Private: make :func:`glm_data_pass` read every model with the automatic bound, to compare
+#: it with the hand-derived one (``benchmarks/automatic_bounds.py``); never set by the package.
+_AUTOMATIC_ONLY = False
+
+
 def glm_data_pass(lik: SubsampledLikelihood, cv_order: int | None = None) -> DataPass:
     """The pass of a model MHSS bounds itself: a GLM, its detection naming what is missing."""
+    if _AUTOMATIC_ONLY:  # benchmarks: the automatic bound where a hand-derived one applies
+        return LocationScalePass(lik, detect_predictor_terms(lik, cv_order or 2))
     terms = detect_location_scale_terms(lik)
     if terms:
         return LocationScalePass(lik, terms)
-    data_pass = GLMPass(lik)
+    try:
+        data_pass = GLMPass(lik)
+    except SubsamplingModelError as hand_derived:
+        # no hand-derived family reads the model: the bound from its own graph, or the
+        # refusal that says why not (the hand-derived detection's when it names a family link)
+        try:
+            return LocationScalePass(lik, detect_predictor_terms(lik, cv_order or 2))
+        except SubsamplingModelError as automatic:
+            raise automatic from hand_derived
     data_pass.check_curvature_size()
     return data_pass
 

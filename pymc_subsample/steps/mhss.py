@@ -167,7 +167,7 @@ class MHSS(SubsamplingStep):
         # MHSS without a UserBound needs the GLM structure: its detection names what is missing
         if self.bound is not None:
             return super()._data_pass(likelihood, cv_order)
-        return glm_data_pass(likelihood)
+        return glm_data_pass(likelihood, cv_order)
 
     def _bound_order(self, cv_order: int | None) -> int | None:
         return cv_order if self.bound is None else None

@@ -1,0 +1,125 @@
+"""MHSS with automatic bounds at N = 10⁶, d = 10 (generated data): rows per iteration,
+full-data fallback rate, setup time and time to a minimum bulk ESS of 1000, for the families
+whose bound comes from the model's graph; and, for logistic, Poisson log and Normal with a
+sampled σ, the automatic bound's rows per iteration against the hand-derived one's (the
+automatic path forced with the private ``pymc_subsample.model.setup._AUTOMATIC_ONLY``).
+
+    PYTHONPATH=. python benchmarks/automatic_bounds.py [--rows 1000000] [--draws 2000]
+
+No NUTS here (too slow at 10⁶ on this machine); ``tests/test_posterior_automatic.py`` checks
+the posteriors against NumPyro NUTS at N = 3,000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import arviz as az
+import numpy as np
+import pymc as pm
+
+import pymc_subsample as pms
+from pymc_subsample.model import setup as setup_module
+
+D = 10
+
+
+def _design(rng, n):
+    X = np.column_stack([np.ones(n), rng.normal(size=(n, D - 1)) / np.sqrt(D)])
+    beta = rng.normal(0.0, 0.5, D)
+    return X, X @ beta
+
+
+def model(name: str, n: int, seed: int = 1) -> pm.Model:
+    rng = np.random.default_rng(seed)
+    X, eta = _design(rng, n)
+    with pm.Model() as m:
+        b = pm.Normal("b", 0, 5, shape=D)
+        lin = pm.Data("X", X) @ b
+        if name == "binomial":
+            trials = rng.integers(1, 20, n)
+            pm.Binomial("y", n=trials, logit_p=lin,
+                        observed=rng.binomial(trials, 1 / (1 + np.exp(-eta))))
+        elif name == "beta_binomial":
+            trials = rng.integers(1, 20, n)
+            phi = pm.Gamma("phi", 2.0, 0.1)
+            p = pm.math.invlogit(lin)
+            q = 1 / (1 + np.exp(-eta))
+            pm.BetaBinomial("y", n=trials, alpha=p * phi, beta=(1 - p) * phi,
+                            observed=rng.binomial(trials, rng.beta(q * 10, (1 - q) * 10)))
+        elif name == "lognormal":
+            s = pm.HalfNormal("s", 2.0)
+            pm.LogNormal("y", mu=lin, sigma=s, observed=np.exp(eta + 0.8 * rng.normal(size=n)))
+        elif name == "exponential":
+            pm.Exponential("y", lam=pm.math.exp(-lin), observed=rng.exponential(np.exp(eta)))
+        elif name == "weibull":
+            k = pm.Gamma("k", 2.0, 1.0)
+            pm.Weibull("y", alpha=k, beta=pm.math.exp(lin),
+                       observed=np.exp(eta) * rng.weibull(1.7, n))
+        elif name == "beta":
+            phi = pm.Gamma("phi", 2.0, 0.1)
+            p = pm.math.invlogit(lin)
+            q = 1 / (1 + np.exp(-eta))
+            pm.Beta("y", alpha=p * phi, beta=(1 - p) * phi,
+                    observed=np.clip(rng.beta(q * 10, (1 - q) * 10), 1e-6, 1 - 1e-6))
+        elif name == "logistic":
+            pm.Bernoulli("y", logit_p=lin, observed=rng.binomial(1, 1 / (1 + np.exp(-eta))))
+        elif name == "poisson_log":
+            pm.Poisson("y", mu=pm.math.exp(lin), observed=rng.poisson(np.exp(eta)))
+        elif name == "normal_sigma":
+            s = pm.HalfNormal("s", 2.0)
+            pm.Normal("y", mu=lin, sigma=s, observed=eta + 0.8 * rng.normal(size=n))
+        else:
+            raise ValueError(name)
+    return m
+
+
+def run(name: str, n: int, draws: int, automatic: bool) -> dict:
+    setup_module._AUTOMATIC_ONLY = automatic
+    try:
+        m = model(name, n)
+        with m:
+            t0 = time.perf_counter()
+            step = pms.MHSS()
+            setup_s = time.perf_counter() - t0
+            kind = type(step._reference_pass.terms[0]).__name__
+            t0 = time.perf_counter()
+            idata = pm.sample(draws, tune=1000, chains=2, cores=1, step=step, random_seed=3,
+                              progressbar=False, compute_convergence_checks=False)
+            sample_s = time.perf_counter() - t0
+    finally:
+        setup_module._AUTOMATIC_ONLY = False
+    ess = az.ess(idata, method="bulk")
+    min_ess = min(float(ess[v].min()) for v in ess.data_vars)
+    stats = idata.sample_stats
+    return dict(family=name, bound="automatic" if kind == "PredictorTerm" else "hand-derived",
+                rows=float(stats["n_data"].mean()),
+                fallback=float(stats["full_data_fallback"].mean()), setup_s=setup_s,
+                min_ess=min_ess, to_ess_1000_s=sample_s * 1000.0 / min_ess)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--families", nargs="*", default=None)
+    args = parser.parse_args()
+    new = ["binomial", "lognormal", "exponential", "weibull", "beta", "beta_binomial"]
+    both = ["logistic", "poisson_log", "normal_sigma"]
+    cases = [(f, False) for f in new] + [(f, a) for f in both for a in (False, True)]
+    if args.families:
+        cases = [c for c in cases if c[0] in args.families]
+    print(f"N = {args.rows:,}, d = {D}, 2 chains x {args.draws} draws after 1000 tuning")
+    print("| family | bound | rows/iter | full-data fallback | setup (s) | min bulk ESS "
+          "| time to ESS 1000 (s) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, automatic in cases:
+        r = run(name, args.rows, args.draws, automatic)
+        print(f"| {r['family']} | {r['bound']} | {r['rows']:.2f} | {r['fallback']:.4%} "
+              f"| {r['setup_s']:.1f} | {r['min_ess']:.0f} | {r['to_ess_1000_s']:.1f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+r"""Automatic bounds: the suprema of a row's partial derivatives from its own graph.
+
+A row term ``f(p_1, ..., p_K; data_i)`` whose parameters enter through ``K`` predictors affine
+in ``θ`` (``docs/methods/mhss.md``, "Automatic bounds"; ``ALGORITHMS.md`` §7) needs, for the
+order-``k`` control variates on the region ``‖φ‖ ≤ r``, per row and per multi-index ``α`` with
+``|α| = k + 1``,
+
+.. math::
+
+    S_{\alpha,i} \ge \sup \{ |\partial^\alpha f(u; \mathrm{data}_i)| : u \in B_i \}, \qquad
+    B_i = \prod_j [\hat p_{ij} - r s_{ij},\ \hat p_{ij} + r s_{ij}],
+
+which :func:`~pymc_subsample.bounds.family.combine_multi_partials` turns into the row's
+constant (the same combination the hand-derived location–scale families use). Here
+``∂^α f`` is PyTensor's symbolic derivative: ``f`` is elementwise in the rows, so the gradient
+of ``Σ_i f`` in the vector of ``j``-th predictors is each row's ``∂_j f``, and so on ``k + 1``
+times; PyTensor's rewrites simplify it. The interval evaluator
+(:mod:`~pymc_subsample.bounds.interval`) then encloses it over each row's box, rounding
+outward, so ``S`` is a bound in exact arithmetic, not an estimate. Bisecting the box into
+``pieces`` parts per axis and taking the largest enclosure tightens it (the natural interval
+extension overestimates when a variable appears twice); on tall data the boxes are
+``O(√(d/N))`` wide and the enclosure is close to ``|∂^α f(p̂_i)|`` already.
+
+Exactness needs ``f`` to be ``k + 1`` times differentiable on the box: a ``switch`` of ``f``
+whose condition is an inequality of the predictors must be decided on the whole box, else the
+row's bound is infinite (and the model layer refuses); ``abs``, ``sign``, ``maximum``,
+``minimum``, rounding of a predictor are refused outright. A switch on an *equality* of a
+predictor (PyMC's ``0·log 0`` conventions: ``switch(α = 1, 0, (α − 1) log y)``) picks a
+special value on a level set where the other branch takes the same value; its derivatives'
+enclosure is the union of both branches', which holds the continuous row term's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import io_toposort
+from pytensor.scalar import basic as ps
+from pytensor.tensor.elemwise import Elemwise
+
+from pymc_subsample.bounds.family import multi_indices
+from pymc_subsample.bounds.interval import (
+    check_rules,
+    evaluate_intervals,
+    magnitude,
+)
+from pymc_subsample.bounds.remainder import check_order
+
+__all__ = ["AUTOMATIC_FAMILIES", "AutomaticFamily", "NonSmoothRow"]
+
+#: Families MHSS bounds from the model's graph, each checked against NUTS
+#: (``tests/test_posterior_automatic.py``) or run at 10⁶ (``benchmarks/automatic_bounds.py``):
+#: ``(name, how it is written in PyMC)``. The README's families table lists them beside the
+#: hand-derived ones (:func:`~pymc_subsample.bounds.family.registered`); any other row-wise
+#: likelihood whose parameters enter through affine predictors is read the same way.
+AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("binomial", "Binomial with n=trials per row and logit_p=η (or p=invlogit(η))"),
+    ("beta_binomial", "BetaBinomial with n=trials, alpha=p * phi, beta=(1 - p) * phi, "
+                      "p=invlogit(η), phi sampled"),
+    ("lognormal", "LogNormal with mu=η and a sampled sigma"),
+    ("exponential", "Exponential with lam=exp(-η)"),
+    ("weibull", "Weibull with beta=exp(η) and a sampled alpha"),
+    ("beta", "Beta with alpha=p * phi, beta=(1 - p) * phi, p=invlogit(η), phi sampled"),
+)
+
+#: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
+#: bound
+_KINKS = (ps.Abs, ps.Sign, ps.Maximum, ps.Minimum, ps.Floor, ps.Ceil, ps.RoundHalfToEven,
+          ps.RoundHalfAwayFromZero, ps.Clip)
+
+
+class NonSmoothRow(ValueError):
+    """The row term goes through an op with a kink in a predictor (:attr:`op_name`)."""
+
+    def __init__(self, op_name: str) -> None:
+        self.op_name = op_name
+        super().__init__(f"the row term goes through {op_name} of a predictor (not smooth)")
+
+
+class AutomaticFamily:
+    """The bound of a row term ``f(p_1..p_K; data)`` from its graph, with no per-family code.
+
+    It has the interface the location–scale pass uses for a
+    :class:`~pymc_subsample.bounds.family.LocationScaleFamily` (:meth:`row_logp`,
+    :meth:`all_suprema`, :attr:`n_predictors`, :attr:`name`, :attr:`description`).
+
+    Parameters
+    ----------
+    logp : Variable
+        The row log-density, shape ``(n,)``, a graph of ``predictors``, ``data`` and constants.
+    predictors : sequence of Variable
+        ``K`` float64 vectors, one value per row.
+    data : sequence of Variable
+        The row data the term reads besides the predictors (observations, trials, censoring
+        flags), one value per row or a scalar; :meth:`all_suprema` takes their values in this
+        order as ``params``.
+    name, description : str
+    pieces : int
+        Parts per axis the box is bisected into (``pieces^K`` enclosures per row).
+
+    Raises
+    ------
+    NonSmoothRow
+        If ``f`` takes ``abs``, ``sign``, a rounding, ``maximum`` or ``minimum`` of a predictor.
+    NoIntervalRule
+        If a derivative graph has an op the interval evaluator has no rule for.
+    """
+
+    def __init__(self, logp: Variable, predictors: Sequence[Variable],
+                 data: Sequence[Variable], name: str, description: str,
+                 pieces: int = 1) -> None:
+        self.name = name
+        self.description = description
+        self.pieces = int(pieces)
+        self._f = logp
+        self._predictors = tuple(predictors)
+        self._data = tuple(data)
+        self._derivative_graphs: dict[int, tuple[list[tuple[int, ...]], list[Variable]]] = {}
+        self._memo: dict[tuple[int, ...], Variable] = {(0,) * len(self._predictors): logp}
+        self._conditions = self._predictor_conditions()
+
+    @property
+    def n_predictors(self) -> int:
+        """``K``."""
+        return len(self._predictors)
+
+    def _predictor_conditions(self) -> list[Variable]:
+        """Conditions of ``f``'s switches that depend on a predictor (each must be decided on
+        a row's box); refuse a kink (:data:`_KINKS`) of a predictor."""
+        predictors = set(self._predictors)
+        depends: dict[Variable, bool] = {}
+        conditions = []
+        for node in io_toposort([*self._predictors, *self._data], [self._f]):
+            inputs_depend = [v in predictors or depends.get(v, False) for v in node.inputs]
+            for out in node.outputs:
+                depends[out] = any(inputs_depend)
+            if not isinstance(node.op, Elemwise) or not any(inputs_depend):
+                continue
+            scalar = node.op.scalar_op
+            if isinstance(scalar, _KINKS):
+                raise NonSmoothRow(type(scalar).__name__)
+            cond = node.inputs[0]
+            if (isinstance(scalar, ps.Switch) and inputs_depend[0]
+                    and not isinstance(getattr(cond.owner.op, "scalar_op", None),
+                                       ps.EQ | ps.NEQ)):
+                conditions.append(cond)
+        return conditions
+
+    def row_logp(self, predictors: Sequence[Variable], y: Variable,
+                 params: Sequence[Variable]) -> Variable:
+        """``f`` per row as a graph of given predictor values and the row data ``params`` (the
+        graphs :attr:`data` stands for); ``y`` is among them where ``f`` reads it."""
+        del y
+        replace = dict(zip(self._predictors, predictors, strict=True))
+        replace.update(zip(self._data, params, strict=True))
+        return graph_replace(self._f, replace, strict=False)
+
+    def _partial(self, alpha: tuple[int, ...]) -> Variable:
+        """``∂^α f`` per row (cached): the gradient of the row sum of one derivative fewer."""
+        if alpha not in self._memo:
+            # one derivative fewer in the last predictor with a positive index
+            j = max(i for i, a in enumerate(alpha) if a)
+            lower = tuple(a - (i == j) for i, a in enumerate(alpha))
+            grad = pt.grad(self._partial(lower).sum(), self._predictors[j],
+                           disconnected_inputs="ignore")
+            # simplified at each order (rewriting the third derivatives at once can take
+            # PyTensor minutes), up to the third: the fourth, only the mean-value form's
+            # gradients, would take seconds each and evaluate as well unsimplified
+            self._memo[alpha] = (rewrite_graph(grad, include=("canonicalize",))
+                                 if sum(alpha) <= 3 else grad)
+        return self._memo[alpha]
+
+    def derivatives(self, order: int) -> tuple[list[tuple[int, ...]], list[Variable]]:
+        """``(α's, graphs)``: ``∂^α f`` for ``|α| = order + 1``, then ``∂^β f`` for
+        ``|β| = order + 2`` (the mean-value form's gradients), simplified by PyTensor's
+        rewrites (cached)."""
+        check_order(order)
+        if order not in self._derivative_graphs:
+            alphas = [*multi_indices(self.n_predictors, order + 1),
+                      *multi_indices(self.n_predictors, order + 2)]
+            shape = self._predictors[0].shape
+            graphs = [pt.cast(pt.broadcast_to(self._partial(a), shape), "float64")
+                      for a in alphas]
+            self._derivative_graphs[order] = (alphas, graphs)
+        return self._derivative_graphs[order]
+
+    def check_rules(self, order: int) -> None:
+        """Raise :class:`~pymc_subsample.bounds.interval.NoIntervalRule` naming an op of the
+        derivative graphs (or of ``f``'s conditions) that has no interval rule."""
+        inputs = [*self._predictors, *self._data]
+        check_rules([self._f], inputs)  # the row term's own ops first: named as written
+        _, graphs = self.derivatives(order)
+        check_rules([*graphs, *self._conditions], inputs)
+
+    def all_suprema(
+        self,
+        order: int,
+        norms: tuple[np.ndarray, ...],
+        y: np.ndarray,
+        hats: tuple[np.ndarray, ...],
+        radius: float,
+        params: tuple[np.ndarray, ...] = (),
+    ) -> dict[tuple[int, ...], np.ndarray]:
+        r"""``{α: S_α}`` per row (module docstring) on the box ``|p_j − p̂_j| ≤ radius·s_j``;
+        ``params`` are the values of :attr:`data` on these rows. ``inf`` on a row whose box
+        reaches a pole or leaves a switch of ``f`` undecided.
+
+        Each ``S_α`` is the smaller of two enclosures of ``sup_B |∂^α f|``: the natural one
+        (the largest over the ``pieces^K`` parts of the box) and the mean-value form
+        :math:`|\partial^\alpha f(\hat p)| + \sum_j w_j \sup_B |\partial_j\partial^\alpha
+        f|` (``w_j = radius·s_j``), which is tight to first order in the box's width where the
+        natural one suffers from a variable that appears several times.
+        """
+        del y
+        alphas, graphs = self.derivatives(order)
+        n_alpha = len(multi_indices(self.n_predictors, order + 1))
+        n_rows = np.shape(norms[0])[0]
+        centres = [np.broadcast_to(np.asarray(h, dtype=np.float64), (n_rows,)) for h in hats]
+        widths = [radius * np.broadcast_to(np.asarray(s, dtype=np.float64), (n_rows,))
+                  for s in norms]
+        data = {var: np.broadcast_to(np.asarray(value), (n_rows,))
+                for var, value in zip(self._data, params, strict=True)}
+        natural = self._box_suprema(graphs[:n_alpha], self._conditions, centres, widths, data)
+        *natural, undecided = natural
+        at_centre = [magnitude(e) for e in evaluate_intervals(
+            graphs[:n_alpha], {**dict(zip(self._predictors, centres, strict=True)), **data})]
+        # the mean-value form only where the natural enclosure is loose (rarely on tall data:
+        # the fourth derivatives it needs are large graphs, costly on millions of rows)
+        loose = np.zeros(n_rows, dtype=bool)
+        for sup, point in zip(natural, at_centre, strict=True):
+            loose |= sup > 1.25 * point + 1e-300
+        best = {}
+        rows = np.flatnonzero(loose & ~undecided)
+        if rows.size:
+            sub = self._box_suprema(graphs[n_alpha:], [], [c[rows] for c in centres],
+                                    [w[rows] for w in widths],
+                                    {v: d[rows] for v, d in data.items()})[:-1]
+            gradient = dict(zip(alphas[n_alpha:], sub, strict=True))
+        for k, alpha in enumerate(alphas[:n_alpha]):
+            out = natural[k].copy()
+            if rows.size:
+                mean_value = at_centre[k][rows]
+                for j, w in enumerate(widths):
+                    beta = tuple(a + (i == j) for i, a in enumerate(alpha))
+                    mean_value = mean_value + gradient[beta] * w[rows]
+                # rounded up: the sum of bounds is a bound in exact arithmetic
+                mean_value = np.nextafter(mean_value * (1.0 + 4.0 * np.finfo(float).eps),
+                                          np.inf)
+                out[rows] = np.minimum(out[rows], mean_value)
+            best[alpha] = np.where(undecided, np.inf, out)
+        return best
+
+    def _box_suprema(self, graphs, conditions, centres, widths, data) -> list[np.ndarray]:
+        """``sup |g|`` over each row's box for each graph (the largest over the
+        ``pieces^K`` parts), then whether any condition is undecided on the row's box."""
+        n_rows = np.shape(centres[0])[0]
+        sup = [np.zeros(n_rows) for _ in graphs]
+        undecided = np.zeros(n_rows, dtype=bool)
+        m = self.pieces
+        for cell in np.ndindex(*(m,) * self.n_predictors):
+            boxes = {}
+            for p, c, w, t in zip(self._predictors, centres, widths, cell, strict=True):
+                lo = c - w + 2.0 * w * (t / m)
+                hi = c - w + 2.0 * w * ((t + 1) / m)
+                # outward: the pieces' union covers the box in floating point too
+                boxes[p] = (np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))
+            out = evaluate_intervals([*graphs, *conditions], {**boxes, **data})
+            for k, enclosure in enumerate(out[: len(graphs)]):
+                sup[k] = np.maximum(sup[k], magnitude(enclosure))
+            for lo, hi in out[len(graphs):]:
+                certain, possible = np.asarray(lo, bool), np.asarray(hi, bool)
+                undecided |= np.broadcast_to(certain != possible, (n_rows,))
+        return [*sup, undecided]

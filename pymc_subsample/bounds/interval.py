@@ -1,0 +1,539 @@
+r"""Interval evaluation of a PyTensor graph, row by row in NumPy (``docs/methods/mhss.md``,
+"Automatic bounds"; ``ALGORITHMS.md`` §7).
+
+Each graph variable is carried as a pair of arrays ``(lo, hi)`` with ``lo ≤ v ≤ hi`` for every
+value ``v`` the variable takes when the graph's inputs range over their given intervals (an
+*enclosure*). The graph is walked in topological order and each op maps its inputs'
+enclosures to its output's by a rule:
+
+- monotone scalar functions (``exp``, ``log``, ``log1p``, ``expm1``, ``softplus``,
+  ``sigmoid``, ``tanh``, ``erf``, ``erfc``, ``erfcx``, ``sqrt``, ``digamma``, ``polygamma``)
+  map the endpoints;
+- ``x·y`` takes the least and largest of the four endpoint products, ``1/x`` is the whole line
+  when ``0 ∈ x``, ``x^c`` with a constant ``c`` and ``|x|``, ``gammaln`` split at their turning
+  points;
+- comparisons give a boolean enclosure (``lo``: certainly true, ``hi``: possibly true), and
+  ``switch`` takes its branch where the condition is decided, the union where it is not;
+- structural ops (``DimShuffle``, ``Alloc``, ``Subtensor``, ``Reshape``, ...) are applied to
+  both ends; shapes and integer arithmetic on exact values are evaluated exactly.
+
+Every floating-point result is rounded outward (a relative widening of a few ulps for
+arithmetic and elementary functions, more for special functions, then ``np.nextafter``
+towards ``∓∞``), so the enclosure holds for the exact real values, not only for what NumPy
+computes. An op with no rule raises :class:`NoIntervalRule` naming it: never a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import scipy.special as sc
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.traversal import io_toposort
+from pytensor.scalar import basic as ps
+from pytensor.scalar import math as psm
+from pytensor.tensor.basic import (
+    Alloc,
+    ExtractDiag,
+    Join,
+    MakeVector,
+    ScalarFromTensor,
+    TensorFromScalar,
+)
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.math import Sum
+from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
+from pytensor.tensor.subtensor import (
+    AdvancedSubtensor,
+    AdvancedSubtensor1,
+    Subtensor,
+)
+
+__all__ = ["Interval", "NoIntervalRule", "check_rules", "evaluate_intervals", "magnitude"]
+
+#: ``(lo, hi)`` arrays of one variable
+Interval = tuple[np.ndarray, np.ndarray]
+
+_EPS = np.finfo(np.float64).eps
+#: relative widening after an op: IEEE arithmetic is correctly rounded (half an ulp); libm's
+#: elementary functions are within an ulp or two; SciPy's special functions within far less
+#: than 1e-13 relative (and the absolute slack covers their zeros)
+_REL_ARITH = 2.0 * _EPS
+_REL_ELEMENTARY = 8.0 * _EPS
+_REL_SPECIAL = 1e-13
+_ABS_SPECIAL = 1e-15
+#: the minimum of log Γ on (0, ∞): x* and a value below log Γ(x*)
+_GAMMALN_ARGMIN = 1.4616321449683623
+_GAMMALN_MIN = -0.12148629053584961
+
+
+class NoIntervalRule(NotImplementedError):
+    """The graph has an op the interval evaluator has no rule for (:attr:`op_name`)."""
+
+    def __init__(self, op_name: str, why: str = "") -> None:
+        self.op_name = op_name
+        super().__init__(f"no interval rule for the op {op_name}" + (f" ({why})" if why else ""))
+
+
+def magnitude(enclosure: Interval) -> np.ndarray:
+    """``max(|lo|, |hi|)``: a bound on ``|v|`` (``inf`` where the enclosure has a NaN)."""
+    lo, hi = enclosure
+    out = np.maximum(np.abs(lo), np.abs(hi)).astype(np.float64)
+    return np.where(np.isnan(out), np.inf, out)
+
+
+def _outward(lo, hi, rel: float, absolute: float = 0.0) -> Interval:
+    """Widen ``[lo, hi]`` by ``rel`` relative (and ``absolute``) and one ulp outward; a NaN end
+    (an undefined value) becomes the whole line."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lo = np.nextafter(lo - rel * np.abs(lo) - absolute, -np.inf)
+        hi = np.nextafter(hi + rel * np.abs(hi) + absolute, np.inf)
+    bad = np.isnan(lo) | np.isnan(hi)
+    if np.any(bad):
+        lo = np.where(bad, -np.inf, lo)
+        hi = np.where(bad, np.inf, hi)
+    return lo, hi
+
+
+def _monotone(fn: Callable, increasing: bool, rel: float = _REL_ELEMENTARY,
+              absolute: float = 0.0, domain: float | None = None,
+              closed: bool = True) -> Callable:
+    """Rule of a monotone function on ``[domain, ∞)`` (``(domain, ∞)`` if not ``closed``, or
+    the whole line when ``domain`` is None); outside its domain the result is the whole line."""
+
+    def rule(x: Interval) -> Interval:
+        lo, hi = x
+        with np.errstate(all="ignore"):
+            a, b = fn(lo), fn(hi)
+        out = (a, b) if increasing else (b, a)
+        out = _outward(*out, rel, absolute)
+        if domain is not None:
+            outside = lo < domain if closed else lo <= domain
+            if np.any(outside):
+                out = (np.where(outside, -np.inf, out[0]), np.where(outside, np.inf, out[1]))
+        return out
+
+    return rule
+
+
+def _add(x: Interval, y: Interval) -> Interval:
+    with np.errstate(invalid="ignore"):
+        return _outward(x[0] + y[0], x[1] + y[1], _REL_ARITH)
+
+
+def _sub(x: Interval, y: Interval) -> Interval:
+    with np.errstate(invalid="ignore"):
+        return _outward(x[0] - y[1], x[1] - y[0], _REL_ARITH)
+
+
+def _neg(x: Interval) -> Interval:
+    return -x[1], -x[0]  # exact
+
+
+def _products(x: Interval, y: Interval) -> Interval:
+    with np.errstate(invalid="ignore", over="ignore"):
+        ps_ = [x[i] * y[j] for i in (0, 1) for j in (0, 1)]
+    # 0·∞ is 0 for interval products: the factor that is 0 bounds the product
+    ps_ = [np.where(np.isnan(p), 0.0, p) for p in ps_]
+    return np.minimum.reduce(ps_), np.maximum.reduce(ps_)
+
+
+def _mul(x: Interval, y: Interval) -> Interval:
+    return _outward(*_products(x, y), _REL_ARITH)
+
+
+def _reciprocal(x: Interval) -> Interval:
+    lo, hi = x
+    zero_in = (lo <= 0.0) & (hi >= 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a, b = 1.0 / hi, 1.0 / lo
+    a = np.where(zero_in, -np.inf, a)
+    b = np.where(zero_in, np.inf, b)
+    return _outward(a, b, _REL_ARITH)
+
+
+def _true_div(x: Interval, y: Interval) -> Interval:
+    return _mul(x, _reciprocal(y))
+
+
+def _integer_power(x: Interval, n: int) -> Interval:
+    lo, hi = x
+    if n == 0:
+        return np.ones_like(lo), np.ones_like(hi)
+    if n < 0:
+        return _reciprocal(_integer_power(x, -n))
+    with np.errstate(over="ignore", invalid="ignore"):
+        a, b = lo**n, hi**n
+    if n % 2 == 1:
+        return _outward(a, b, n * _REL_ARITH)
+    straddle = (lo < 0.0) & (hi > 0.0)
+    low = np.where(straddle, 0.0, np.minimum(a, b))
+    return _outward(low, np.maximum(a, b), n * _REL_ARITH)
+
+
+def _pow(x: Interval, c: Interval) -> Interval:
+    """``x^c``: a constant integer ``c`` by :func:`_integer_power`; otherwise
+    ``exp(c·log x)`` on ``x > 0`` (the whole line elsewhere)."""
+    c_lo, c_hi = c
+    if np.size(c_lo) and np.all(c_lo == c_hi):
+        values = np.unique(np.asarray(c_lo, dtype=np.float64))
+        if values.size == 1 and float(values[0]).is_integer() and abs(values[0]) <= 64:
+            return _integer_power(x, int(values[0]))
+    return _RULES[ps.Exp](_mul(c, _RULES[ps.Log](x)))
+
+
+def _abs(x: Interval) -> Interval:
+    lo, hi = x
+    straddle = (lo < 0.0) & (hi > 0.0)
+    a, b = np.abs(lo), np.abs(hi)
+    return np.where(straddle, 0.0, np.minimum(a, b)), np.maximum(a, b)  # exact
+
+
+def _gammaln(x: Interval) -> Interval:
+    """log Γ, convex on ``(0, ∞)`` with its minimum at ``x* ≈ 1.4616``; the whole line where
+    ``x`` reaches ``(−∞, 0]`` (the poles)."""
+    lo, hi = x
+    with np.errstate(all="ignore"):
+        a, b = sc.gammaln(lo), sc.gammaln(hi)
+    low = np.where((lo <= _GAMMALN_ARGMIN) & (hi >= _GAMMALN_ARGMIN), _GAMMALN_MIN,
+                   np.minimum(a, b))
+    out = _outward(low, np.maximum(a, b), _REL_SPECIAL, _ABS_SPECIAL)
+    bad = lo <= 0.0
+    return np.where(bad, -np.inf, out[0]), np.where(bad, np.inf, out[1])
+
+
+def _polygamma(n: Interval, x: Interval) -> Interval:
+    """``ψ^{(n)}`` for a constant order ``n ≥ 1`` on ``x > 0``: ``(−1)^{n+1}ψ^{(n)}`` is
+    positive and decreasing there (completely monotone), so ``ψ^{(n)}`` is monotone."""
+    orders = np.unique(np.asarray(n[0]))
+    if not (np.all(n[0] == n[1]) and orders.size == 1 and float(orders[0]).is_integer()
+            and orders[0] >= 0):
+        raise NoIntervalRule("PolyGamma", "its order must be a constant integer")
+    order = int(orders[0])
+    if order == 0:
+        return _RULES[psm.Psi](x)
+    rule = _monotone(lambda v: sc.polygamma(order, v), increasing=order % 2 == 0,
+                     rel=_REL_SPECIAL, absolute=_ABS_SPECIAL, domain=0.0, closed=False)
+    return rule(x)
+
+
+def _maximum(x: Interval, y: Interval) -> Interval:
+    return np.maximum(x[0], y[0]), np.maximum(x[1], y[1])  # exact
+
+
+def _minimum(x: Interval, y: Interval) -> Interval:
+    return np.minimum(x[0], y[0]), np.minimum(x[1], y[1])  # exact
+
+
+def _as_bool(x: Interval) -> Interval:
+    """A boolean enclosure: ``lo`` certainly true, ``hi`` possibly true (a number is true
+    unless it is 0)."""
+    lo, hi = x
+    if lo.dtype == bool and hi.dtype == bool:
+        return lo, hi
+    certainly = (lo > 0) | (hi < 0)
+    possibly = ~((lo == 0) & (hi == 0))
+    return certainly, possibly
+
+
+def _switch(cond: Interval, a: Interval, b: Interval) -> Interval:
+    true, possibly = _as_bool(cond)
+    false = ~possibly
+    lo = np.where(true, a[0], np.where(false, b[0], np.minimum(a[0], b[0])))
+    hi = np.where(true, a[1], np.where(false, b[1], np.maximum(a[1], b[1])))
+    return lo, hi
+
+
+def _compare(certain: Callable, possible: Callable) -> Callable:
+    def rule(x: Interval, y: Interval) -> Interval:
+        return certain(x, y), possible(x, y)
+
+    return rule
+
+
+def _eq(x: Interval, y: Interval) -> Interval:
+    exact = (x[0] == x[1]) & (y[0] == y[1]) & (x[0] == y[0])
+    return exact, (x[0] <= y[1]) & (y[0] <= x[1])
+
+
+def _neq(x: Interval, y: Interval) -> Interval:
+    same, overlap = _eq(x, y)
+    return ~overlap, ~same
+
+
+def _and(x: Interval, y: Interval) -> Interval:
+    (xl, xh), (yl, yh) = _as_bool(x), _as_bool(y)
+    return xl & yl, xh & yh
+
+
+def _or(x: Interval, y: Interval) -> Interval:
+    (xl, xh), (yl, yh) = _as_bool(x), _as_bool(y)
+    return xl | yl, xh | yh
+
+
+def _invert(x: Interval) -> Interval:
+    lo, hi = _as_bool(x)
+    return ~hi, ~lo
+
+
+def _identity(x: Interval) -> Interval:
+    return x
+
+
+def _second(_shape: Interval, x: Interval) -> Interval:
+    return x  # fill: the value of the second input, broadcast by the caller
+
+
+def _log1mexp_point(v):
+    """``log(1 − e^v)`` accurate to a few ulps on ``v < 0`` (Mächler's two branches)."""
+    return np.where(v < -math.log(2.0), np.log1p(-np.exp(v)), np.log(-np.expm1(v)))
+
+
+def _log1mexp(x: Interval) -> Interval:
+    """``log(1 − e^x)``: decreasing on ``x < 0``, undefined (whole line) from 0."""
+    rule = _monotone(_log1mexp_point, increasing=False)
+    lo, hi = x
+    out = rule((lo, hi))
+    # domain here is x < 0: a box that reaches 0 is the whole line
+    bad = hi >= 0.0
+    return np.where(bad, -np.inf, out[0]), np.where(bad, np.inf, out[1])
+
+
+def _log(x: Interval) -> Interval:
+    """``log x``: increasing on ``x > 0``; ``−∞`` at ``x = 0``; whole line below."""
+    lo, hi = x
+    with np.errstate(all="ignore"):
+        a = np.where(lo > 0.0, np.log(np.maximum(lo, 0.0)), -np.inf)
+        b = np.log(hi)
+    out = _outward(a, b, _REL_ELEMENTARY)
+    bad = lo < 0.0
+    return np.where(bad, -np.inf, out[0]), np.where(bad, np.inf, out[1])
+
+
+def _sigmoid(v):
+    return sc.expit(v)
+
+
+def _softplus(v):
+    return np.logaddexp(0.0, v)
+
+
+_RULES: dict[type, Callable] = {
+    ps.Add: lambda *xs: _fold(_add, xs),
+    ps.Mul: lambda *xs: _fold(_mul, xs),
+    ps.Sub: _sub,
+    ps.Neg: _neg,
+    ps.TrueDiv: _true_div,
+    ps.Reciprocal: _reciprocal,
+    ps.Pow: _pow,
+    ps.Sqr: lambda x: _integer_power(x, 2),
+    ps.Sqrt: _monotone(np.sqrt, True, _REL_ARITH, domain=0.0),
+    ps.Abs: _abs,
+    ps.Exp: _monotone(np.exp, True),
+    ps.Exp2: _monotone(np.exp2, True),
+    ps.Expm1: _monotone(np.expm1, True),
+    ps.Log: _log,
+    ps.Log1p: _monotone(np.log1p, True, domain=-1.0),
+    ps.Tanh: _monotone(np.tanh, True),
+    psm.Log1mexp: _log1mexp,
+    psm.Softplus: _monotone(_softplus, True),
+    psm.Sigmoid: _monotone(_sigmoid, True),
+    psm.Erf: _monotone(sc.erf, True, _REL_SPECIAL, _ABS_SPECIAL),
+    psm.Erfc: _monotone(sc.erfc, False, _REL_SPECIAL, _ABS_SPECIAL),
+    psm.Erfcx: _monotone(sc.erfcx, False, _REL_SPECIAL, _ABS_SPECIAL),
+    psm.GammaLn: _gammaln,
+    psm.Psi: _monotone(sc.digamma, True, _REL_SPECIAL, _ABS_SPECIAL, domain=0.0, closed=False),
+    psm.TriGamma: _monotone(lambda v: sc.polygamma(1, v), False, _REL_SPECIAL, _ABS_SPECIAL,
+                            domain=0.0, closed=False),
+    psm.PolyGamma: _polygamma,
+    ps.Maximum: _maximum,
+    ps.Minimum: _minimum,
+    ps.Switch: _switch,
+    ps.LT: _compare(lambda x, y: x[1] < y[0], lambda x, y: x[0] < y[1]),
+    ps.LE: _compare(lambda x, y: x[1] <= y[0], lambda x, y: x[0] <= y[1]),
+    ps.GT: _compare(lambda x, y: x[0] > y[1], lambda x, y: x[1] > y[0]),
+    ps.GE: _compare(lambda x, y: x[0] >= y[1], lambda x, y: x[1] >= y[0]),
+    ps.EQ: _eq,
+    ps.NEQ: _neq,
+    ps.AND: _and,
+    ps.OR: _or,
+    ps.Invert: _invert,
+    ps.Identity: _identity,
+    ps.Second: _second,
+}
+
+
+def _fold(rule: Callable, xs: Sequence[Interval]) -> Interval:
+    out = xs[0]
+    for x in xs[1:]:
+        out = rule(out, x)
+    return out
+
+
+def _scalar_rule(op, inputs: list[Interval], out_dtype: str) -> Interval:
+    """The enclosure of one scalar op applied elementwise."""
+    if isinstance(op, ps.Composite):
+        return _evaluate(op.fgraph.inputs, inputs, op.fgraph.outputs)[0]
+    if isinstance(op, ps.Cast):
+        return _cast(inputs[0], out_dtype)
+    rule = _RULES.get(type(op))
+    if rule is None:
+        raise NoIntervalRule(type(op).__name__)
+    lo, hi = rule(*inputs)
+    if out_dtype == "bool":
+        return np.asarray(lo, dtype=bool), np.asarray(hi, dtype=bool)
+    if out_dtype.startswith(("int", "uint")):
+        if not (_exact((lo, hi))):
+            raise NoIntervalRule(type(op).__name__, "an integer result of non-exact inputs")
+        return lo.astype(out_dtype), hi.astype(out_dtype)
+    return lo, hi
+
+
+def _exact(x: Interval) -> bool:
+    return x[0] is x[1] or bool(np.all(x[0] == x[1]))
+
+
+def _cast(x: Interval, dtype: str) -> Interval:
+    lo, hi = x
+    if dtype == "bool":
+        return _as_bool(x)
+    if dtype.startswith("float"):
+        if dtype != "float64":
+            raise NoIntervalRule(f"Cast{{{dtype}}}", "only float64 is evaluated")
+        return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    # to an integer: exact values only (floor/ceil of an interval is not taken here)
+    if not _exact(x):
+        raise NoIntervalRule(f"Cast{{{dtype}}}", "a cast of a varying value to an integer")
+    return lo.astype(dtype), hi.astype(dtype)
+
+
+#: ops applied to both ends alike: they select, copy or rearrange values
+_STRUCTURAL = (DimShuffle, Alloc, Subtensor, AdvancedSubtensor, AdvancedSubtensor1, Reshape,
+               SpecifyShape, Join, MakeVector, ExtractDiag, TensorFromScalar,
+               ScalarFromTensor)
+#: ops whose result depends on their inputs' shapes only
+_SHAPE = (Shape, Shape_i)
+
+
+def _perform(node, values: list) -> np.ndarray:
+    storage = [[None] for _ in node.outputs]
+    node.op.perform(node, values, storage)
+    return storage[0][0]
+
+
+def _sum(node, args: list[Interval]) -> Interval:
+    """A sum over axes: the sums of the ends, widened by the summation's rounding error
+    (at most ``(n − 1)·eps·Σ|x|`` for ``n`` terms)."""
+    (lo, hi), = args
+    lo_sum, hi_sum = (np.asarray(_perform(node, [v])) for v in (lo, hi))
+    count = max(1, np.size(lo) // max(1, np.size(lo_sum)))
+    size = np.asarray(_perform(node, [np.maximum(np.abs(lo), np.abs(hi))]))
+    slack = count * _EPS * size
+    return _outward(lo_sum - slack, hi_sum + slack, _REL_ARITH)
+
+
+def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
+              outputs: Sequence[Variable]) -> list[Interval]:
+    env: dict[Variable, Interval] = dict(zip(inputs, enclosures, strict=True))
+    for node in io_toposort(list(inputs), list(outputs)):
+        for var in node.inputs:
+            if var not in env:
+                if isinstance(var, Constant):
+                    value = np.asarray(var.data)
+                    env[var] = (value, value)
+                else:
+                    raise ValueError(f"the graph input {var} has no interval")
+        args = [env[v] for v in node.inputs]
+        op = node.op
+        if len(node.outputs) != 1:
+            raise NoIntervalRule(type(op).__name__, "an op with several outputs")
+        out = node.outputs[0]
+        if (not out.type.dtype.startswith("float") and all(_exact(a) for a in args)
+                and isinstance(op, (Elemwise, ps.ScalarOp, *_SHAPE, *_STRUCTURAL))):
+            # integer or boolean values of exact inputs (shapes, data flags): exact
+            value = np.asarray(_perform(node, [a[0] for a in args]))
+            result = (value, value)
+        elif isinstance(op, Elemwise):
+            lo, hi = _scalar_rule(op.scalar_op, args, out.type.dtype)
+            shape = tuple(np.broadcast_shapes(*(np.shape(a[0]) for a in args)))
+            result = (np.broadcast_to(lo, shape), np.broadcast_to(hi, shape))
+        elif isinstance(op, ps.ScalarOp):
+            result = _scalar_rule(op, args, out.type.dtype)
+        elif isinstance(op, _SHAPE):
+            value = np.asarray(_perform(node, [a[0] for a in args]))
+            result = (value, value)
+        elif isinstance(op, Sum):
+            result = _sum(node, args)
+        elif isinstance(op, _STRUCTURAL):
+            # the non-value inputs (indices, shapes) must be exact
+            lo = _perform(node, [a[0] for a in args])
+            if all(_exact(a) for a in args):
+                hi = lo
+            else:
+                hi = _perform(node, [a[1] for a in args])
+            result = (np.asarray(lo), np.asarray(hi))
+        else:
+            raise NoIntervalRule(type(op).__name__)
+        env[out] = result
+    return [env[o] for o in outputs]
+
+
+def evaluate_intervals(
+    outputs: Sequence[Variable],
+    inputs: dict[Variable, Interval | np.ndarray],
+) -> list[Interval]:
+    """Enclosures of ``outputs`` when each input ranges over its interval.
+
+    Parameters
+    ----------
+    outputs : sequence of Variable
+        Graphs of ``inputs`` (and constants) only.
+    inputs : dict
+        Each input's ``(lo, hi)`` arrays, or one array for an exact value (data).
+
+    Returns
+    -------
+    list of (lo, hi)
+        ``lo ≤ v ≤ hi`` for every value ``v`` of each output over the input box, elementwise
+        (valid in exact arithmetic: every float result is rounded outward).
+
+    Raises
+    ------
+    NoIntervalRule
+        Naming the first op on the way that has no rule.
+    """
+    names, enclosures = [], []
+    for var, value in inputs.items():
+        names.append(var)
+        if isinstance(value, tuple):
+            lo, hi = (np.asarray(v) for v in value)
+        else:
+            lo = hi = np.asarray(value)
+        enclosures.append((lo, hi))
+    return _evaluate(names, enclosures, outputs)
+
+
+
+def _check_scalar(op) -> None:
+    if isinstance(op, ps.Composite):
+        for node in io_toposort(op.fgraph.inputs, op.fgraph.outputs):
+            _check_scalar(node.op)
+    elif not isinstance(op, ps.Cast) and type(op) not in _RULES:
+        raise NoIntervalRule(type(op).__name__)
+
+
+def check_rules(outputs: Sequence[Variable], inputs: Sequence[Variable]) -> None:
+    """Raise :class:`NoIntervalRule` naming the first op of the graph (from ``inputs`` to
+    ``outputs``) with no rule, before any evaluation: a model is refused at construction."""
+    for node in io_toposort(list(inputs), list(outputs)):
+        op = node.op
+        if isinstance(op, Elemwise):
+            _check_scalar(op.scalar_op)
+        elif isinstance(op, ps.ScalarOp):
+            _check_scalar(op)
+        elif not isinstance(op, (Sum, *_SHAPE, *_STRUCTURAL)):
+            raise NoIntervalRule(type(op).__name__)

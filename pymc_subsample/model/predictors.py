@@ -1,0 +1,385 @@
+"""Predictors read off any row log-density: the automatic bound's model layer.
+
+For an observed variable no hand-derived family reads (:mod:`pymc_subsample.model.glm`), its
+rebuilt row log-likelihood ``ℓ_i(θ)`` (:attr:`SubsampledLikelihood.block_terms`) is split into
+``f(p_1, ..., p_K; data_i)`` and ``K`` predictors ``p_j``: the maximal sub-expressions of the
+graph that depend on ``θ`` and are affine in it (``X @ b``, ``b[g]``, the log-transformed
+value of a positive parameter, whose ``exp`` stays in ``f``), each one value per row or one
+scalar for all rows. The row data ``f`` reads (observations, trials, flags, data-only
+expressions) become its data inputs. The bound then comes from ``f``'s own graph
+(:class:`~pymc_subsample.bounds.automatic.AutomaticFamily`). Hand-derived families stay the
+fast path: :func:`detect_predictor_terms` is asked only when they do not read the model
+(:func:`pymc_subsample.model.setup.glm_data_pass`).
+
+Refused, naming the variable: a row term that reaches ``θ`` through something that is not a
+row-shaped or scalar affine predictor (a cutpoint vector indexed by ``y``, ``X @ tanh(b)``),
+a kink of a predictor (``abs``), or an op the interval evaluator has no rule for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytensor.tensor as pt
+from pymc.logprob.utils import CheckParameterValue
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.rewriting.basic import in2out, node_rewriter
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import graph_inputs, io_toposort
+from pytensor.scalar import basic as ps
+from pytensor.scalar import math as psm
+from pytensor.tensor.basic import Alloc, Join, MakeVector
+from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
+from pytensor.tensor.math import Dot
+from pytensor.tensor.shape import Reshape, Shape, Shape_i, SpecifyShape
+from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Subtensor
+
+from pymc_subsample.bounds.automatic import AutomaticFamily, NonSmoothRow
+from pymc_subsample.bounds.interval import NoIntervalRule
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.glm import _rows_of_affine, _simplify_log, unsupported
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+
+__all__ = ["PredictorTerm", "detect_predictor_terms"]
+
+
+@dataclass(frozen=True)
+class PredictorTerm:
+    """An observed variable read as ``f(p_1..p_K; data)`` with affine predictors ``p_j``.
+
+    The location–scale pass and control variates use it as a
+    :class:`~pymc_subsample.model.glm.LocationScaleTerm`: predictors, their rows ``∂p_j/∂θ``,
+    ``y`` and the per-row inputs ``params`` of the family's ``f`` (here its row data).
+    """
+
+    name: str
+    family: AutomaticFamily
+    predictors: tuple[Variable, ...]
+    predictor_rows: tuple[Variable, ...]
+    y: Variable
+    params: tuple[Variable, ...]
+    #: every predictor is affine (:attr:`~pymc_subsample.model.glm.GLMTerm.curvature`)
+    curvature: ClassVar[None] = None
+
+
+@node_rewriter([CheckParameterValue])
+def _drop_check(fgraph, node):
+    """PyMC's parameter checks (``σ > 0``) hold on the support the transforms keep to."""
+    return [node.inputs[0]]
+
+
+def _scalar_of(var: Variable):
+    return getattr(var.owner.op, "scalar_op", None) if var.owner is not None else None
+
+
+def _negated(var: Variable) -> Variable | None:
+    """``x`` when ``var`` is ``−x`` or ``(−1)·x``, else None."""
+    op = _scalar_of(var)
+    if isinstance(op, ps.Neg):
+        return var.owner.inputs[0]
+    if isinstance(op, ps.Mul) and len(var.owner.inputs) == 2:
+        a, b = var.owner.inputs
+        for c, x in ((a, b), (b, a)):
+            if isinstance(c, Constant) and np.all(np.asarray(c.data) == -1.0):
+                return x
+    return None
+
+
+@node_rewriter([Elemwise])
+def _exp_forms(fgraph, node):
+    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)`` and
+    ``log σ(z) → −softplus(−z)``: each predictor expression once, so that the derivatives are
+    not quotients of repeated terms whose enclosures overestimate (a Weibull's or
+    Exponential's ``y/λ`` with ``λ = e^η``, a Bernoulli's ``log1p(−σ(η))``)."""
+    scalar = node.op.scalar_op
+    negated = _negated(node.inputs[0]) if isinstance(scalar, ps.Log1p) else None
+    if negated is not None and isinstance(_scalar_of(negated), psm.Sigmoid):
+        # log(1 − σ(z)) = −softplus(z): monotone, one occurrence of z
+        out = -pt.softplus(negated.owner.inputs[0])
+    elif isinstance(scalar, ps.Log) and isinstance(_scalar_of(node.inputs[0]), psm.Sigmoid):
+        out = -pt.softplus(-node.inputs[0].owner.inputs[0])
+    elif isinstance(scalar, ps.Pow):
+        base, k = node.inputs
+        if isinstance(getattr(base.owner and base.owner.op, "scalar_op", None), ps.Exp):
+            out = pt.exp(k * base.owner.inputs[0])
+        else:
+            return None
+    elif isinstance(scalar, ps.TrueDiv):
+        a, b = node.inputs
+        if isinstance(getattr(b.owner and b.owner.op, "scalar_op", None), ps.Exp):
+            out = a * pt.exp(-b.owner.inputs[0])
+        else:
+            return None
+    else:
+        return None
+    return [pt.cast(pt.broadcast_to(out, node.outputs[0].shape), node.outputs[0].dtype)]
+
+
+def _simplify(f: Variable) -> Variable:
+    """``f`` with logs of products, powers and exponentials split (as the hand-derived
+    families' predictors are read) and powers and quotients of ``exp`` folded."""
+    f = rewrite_graph(f, include=(), custom_rewrite=in2out(_exp_forms, ignore_newtrees=False))
+    return _simplify_log(f)
+
+
+#: elementwise ops through which a predictor stays affine when every input is
+_LINEAR = (ps.Add, ps.Sub, ps.Neg, ps.Identity)
+#: ops that select, copy or rearrange an affine input
+_SELECT = (Subtensor, AdvancedSubtensor, AdvancedSubtensor1, DimShuffle, Reshape, SpecifyShape,
+           Alloc)
+
+
+class _Reader:
+    """Which variables of a row graph depend on ``θ`` (by value), and which are affine."""
+
+    def __init__(self, theta: Variable, rows: set[Variable]) -> None:
+        self.theta = theta
+        self.rows = rows  # the row inputs: idx and the gathered pms.Data rows
+        self._on: dict[tuple[Variable, str], bool] = {}
+        self._affine: dict[Variable, bool] = {}
+
+    def depends(self, var: Variable, on: str = "theta") -> bool:
+        """Whether ``var``'s value depends on ``θ`` (``on="theta"``) or on the rows."""
+        key = (var, on)
+        if key not in self._on:
+            if on == "theta" and var is self.theta or on == "rows" and var in self.rows:
+                value = True
+            elif var.owner is None or isinstance(var.owner.op, Shape | Shape_i):
+                value = False
+            else:
+                inputs = var.owner.inputs
+                if isinstance(var.owner.op, Alloc):
+                    inputs = inputs[:1]
+                value = any(self.depends(v, on) for v in inputs)
+            self._on[key] = value
+        return self._on[key]
+
+    def affine(self, var: Variable) -> bool:
+        """A conservative structural test: sums, differences, selections, reshapes and
+        products with ``θ``-free factors of ``θ`` (confirmed later by
+        :func:`~pymc_subsample.model.glm._rows_of_affine`)."""
+        if not self.depends(var):
+            return True
+        if var is self.theta:
+            return True
+        if var not in self._affine:
+            self._affine[var] = self._affine_node(var)
+        return self._affine[var]
+
+    def _affine_node(self, var: Variable) -> bool:
+        node = var.owner
+        if node is None or not var.type.dtype.startswith("float"):
+            return False
+        op, inputs = node.op, node.inputs
+        if isinstance(op, _SELECT):
+            return self.affine(inputs[0]) and not any(self.depends(v) for v in inputs[1:])
+        if isinstance(op, Join | MakeVector):
+            return all(self.affine(v) for v in inputs)
+        if isinstance(op, CAReduce) and isinstance(op.scalar_op, ps.Add):
+            return self.affine(inputs[0])
+        if isinstance(op, Dot):
+            return (sum(self.depends(v) for v in inputs) == 1
+                    and all(self.affine(v) for v in inputs))
+        if not isinstance(op, Elemwise):
+            return False
+        scalar = op.scalar_op
+        if isinstance(scalar, _LINEAR) or isinstance(scalar, ps.Cast):
+            return all(self.affine(v) for v in inputs)
+        if isinstance(scalar, ps.Second):
+            return self.affine(inputs[1])
+        if isinstance(scalar, ps.Mul):
+            return (sum(self.depends(v) for v in inputs) == 1
+                    and all(self.affine(v) for v in inputs))
+        if isinstance(scalar, ps.TrueDiv):
+            return self.affine(inputs[0]) and not self.depends(inputs[1])
+        return False
+
+
+def _core(var: Variable) -> Variable:
+    """A predictor without the broadcasts around it (one key for ``s`` and ``s[None]``)."""
+    while var.owner is not None and (
+        isinstance(var.owner.op, DimShuffle | SpecifyShape | Alloc)
+        or isinstance(getattr(var.owner.op, "scalar_op", None), ps.Second)
+    ):
+        inputs = var.owner.inputs
+        inner = inputs[1] if isinstance(getattr(var.owner.op, "scalar_op", None),
+                                        ps.Second) else inputs[0]
+        if inner.type.ndim != 0:  # only a scalar's broadcasts are stripped
+            break
+        var = inner
+    return var
+
+
+def _maximal(graph: Variable, accept, descend) -> list[Variable]:
+    """The maximal sub-expressions ``v`` of ``graph`` with ``accept(v)``, looking inside
+    those with ``descend(v)`` only."""
+    found, seen, stack = [], set(), [graph]
+    while stack:
+        var = stack.pop()
+        if var in seen:
+            continue
+        seen.add(var)
+        if accept(var):
+            found.append(var)
+        elif descend(var) and var.owner is not None and not isinstance(var.owner.op,
+                                                                          Shape | Shape_i):
+            stack.extend(var.owner.inputs)
+    return found
+
+
+def _substitute(name: str, graph: Variable, replace: dict[Variable, Variable]) -> Variable:
+    """``graph`` with the predictors replaced by row vectors: a scalar (or length-1)
+    predictor becomes one value per row, carried through elementwise ops; the broadcast that
+    made it a row (``s[None]``) then is the row vector itself."""
+    new: dict[Variable, Variable] = dict(replace)
+    for node in io_toposort(list(replace), [graph]):
+        inputs = [new.get(v, v) for v in node.inputs]
+        if all(a is b for a, b in zip(inputs, node.inputs, strict=True)):
+            continue
+        promoted = [v for v, w in zip(node.inputs, inputs, strict=True)
+                    if w is not v and w.type.ndim != v.type.ndim]
+        op = node.op
+        if (isinstance(op, DimShuffle) and promoted and node.inputs[0].type.ndim == 0
+                and node.outputs[0].type.ndim == 1):
+            out = [inputs[0]]
+        elif isinstance(op, Elemwise) or not promoted:
+            try:
+                out = op.make_node(*inputs).outputs
+            except (TypeError, ValueError) as err:
+                raise unsupported(name, f"its row term uses a predictor through "
+                                  f"{type(op).__name__} in a way not read here ({err})") from None
+        else:
+            raise unsupported(
+                name, f"its row term reaches a parameter shared by all rows through "
+                f"{type(op).__name__}, not elementwise (MHSS bounds row terms whose parameters "
+                "enter through affine predictors, one value per row or one for all rows)")
+        for old, value in zip(node.outputs, out, strict=True):
+            new[old] = value
+    return new.get(graph, graph)
+
+
+def _dist_name(block) -> str:
+    return type(block.rv.owner.op).__name__.removesuffix("RV")
+
+
+#: the refusal of a row term that is not a function of row-wise or scalar affine predictors
+_NOT_PREDICTORS = (
+    "its row term reaches the sampled parameters other than through predictors affine in "
+    "them with one value per row or one for all rows (eta = X @ b, b[g], a log-transformed "
+    "scale): through {what}. Write the likelihood in such predictors"
+)
+
+
+def _check_shapes(lik: SubsampledLikelihood, name: str, predictors: list[Variable]) -> None:
+    """Each predictor is one value per row or a scalar: checked on 3 rows at the initial
+    point (a static shape of ``N`` is not there after the rebuild on ``idx``)."""
+    fn = lik.compile([lik.theta, lik.idx], [p.shape for p in predictors], once=True)
+    theta = lik.ravel(lik.initial_point)
+    n = min(lik.n_rows, 7)
+    for var, shape in zip(predictors, fn(theta, np.arange(n, dtype=np.int64)), strict=True):
+        shape = tuple(int(s) for s in shape)
+        if shape not in ((), (1,), (n,)):
+            raise unsupported(name, _NOT_PREDICTORS.format(
+                what=f"{var} of shape {shape} on {n} rows (a vector of parameters, or one "
+                     "indexed by the data such as cutpoints, is not read yet)"))
+
+
+def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[PredictorTerm]:
+    """Every observed variable of ``lik`` as ``f(p_1..p_K; data)`` with affine predictors.
+
+    Raises
+    ------
+    SubsamplingModelError
+        Naming the variable and the reason: a part of the row term that reaches ``θ`` but is
+        neither an affine predictor (one value per row, or one scalar) nor an elementwise
+        function of such predictors, a kink of a predictor, or an op without an interval rule.
+    """
+    rows = {lik.idx, *(r for r, _ in lik.gathered.values())}
+    n_rows = lik.idx.shape[0]
+    terms = []
+    for block, graph in zip(lik.blocks, lik.block_terms, strict=True):
+        name = block.name
+        graph = rewrite_graph(pt.cast(graph, "float64"), include=("canonicalize",),
+                              custom_rewrite=in2out(_drop_check))
+        reader = _Reader(lik.theta, rows)
+        found = _maximal(graph, lambda v, r=reader: r.depends(v) and r.affine(v),
+                         lambda v, r=reader: r.depends(v))
+        if not found:
+            raise unsupported(name, "its row term does not depend on the sampled parameters")
+        for var in found:
+            if var.type.ndim > 1:
+                raise unsupported(name, _NOT_PREDICTORS.format(
+                    what=f"an array of {var.type.ndim} axes ({var})"))
+        cores: list[Variable] = []
+        for var in found:
+            if _core(var) not in cores:
+                cores.append(_core(var))
+        _check_shapes(lik, name, cores)
+        # the predictors with one value per row first (the shared-scale bound's order)
+        cores.sort(key=lambda v: v.type.ndim == 0 or v.type.shape == (1,))
+        placeholders = [pt.vector(f"p{j}", dtype="float64") for j in range(len(cores))]
+        by_core = dict(zip(cores, placeholders, strict=True))
+        replace = {var: pt.cast(by_core[_core(var)], var.type.dtype) for var in found}
+        f = _substitute(name, graph, replace)
+        if reader.depends(f) and lik.theta in _all_inputs(f):
+            raise unsupported(name, "its row term depends on the parameters beyond its "
+                              "affine predictors in a way not read here")
+        # the row data f reads: its maximal parameter-free sub-expressions that read rows
+        placeholder_set = set(placeholders)
+        leaves = _row_data(f, placeholder_set, _Reader(lik.theta, rows))
+        for var in leaves:
+            if var.type.ndim > 1:
+                raise unsupported(
+                    name, f"its row term reads row data with {var.type.ndim} axes through "
+                    "its parameters (one value per row is needed)")
+        data = [var.type(f"data{k}") for k, var in enumerate(leaves)]
+        f = _substitute(name, f, dict(zip(leaves, data, strict=True)))
+        # log(a^k) → k log a, log(e^a) → a, ...: fewer repeated variables, tighter enclosures
+        f = _simplify(f)
+        stray = [v for v in _all_inputs(f) if not isinstance(v, Constant)
+                 and v not in placeholder_set and v not in set(data)]
+        if stray:
+            raise unsupported(name, f"its row term reads {stray[0]}, neither row data nor a "
+                              "constant, beside its predictors")
+        try:
+            family = AutomaticFamily(
+                f, placeholders, data, name=f"automatic_{_dist_name(block).lower()}",
+                description=f"{_dist_name(block)} rows bounded from their graph in "
+                            f"{len(placeholders)} affine predictor(s)")
+            family.check_rules(order)
+        except NonSmoothRow as err:
+            raise unsupported(name, f"its row term takes {err.op_name} of a parameter, which "
+                              "has no Taylor bound (a kink)") from None
+        except NoIntervalRule as err:
+            raise unsupported(
+                name, f"its row term (a {_dist_name(block)}) goes through the op "
+                f"{err.op_name}, which the automatic bound has no interval rule for") from None
+        predictors = tuple(pt.cast(pt.broadcast_to(c, (n_rows,)), "float64") for c in cores)
+        try:
+            predictor_rows = tuple(_rows_of_affine(name, p, lik.theta) for p in predictors)
+        except SubsamplingModelError:
+            raise unsupported(name, "a part of its row term read as a predictor is not affine "
+                              "in the sampled parameters") from None
+        terms.append(PredictorTerm(name, family, predictors, predictor_rows, block.value,
+                                   tuple(leaves)))
+    return terms
+
+
+def _row_data(f: Variable, placeholders: set[Variable], reader: _Reader) -> list[Variable]:
+    """The maximal sub-expressions of ``f`` free of the predictors that read the rows."""
+    memo: dict[Variable, bool] = {}
+
+    def has_predictor(v: Variable) -> bool:
+        if v not in memo:
+            memo[v] = v in placeholders or (
+                v.owner is not None and any(has_predictor(w) for w in v.owner.inputs))
+        return memo[v]
+
+    return _maximal(f, lambda v: not has_predictor(v) and reader.depends(v, "rows"),
+                    has_predictor)
+
+
+def _all_inputs(graph: Variable) -> list[Variable]:
+    return list(graph_inputs([graph]))
