@@ -42,6 +42,7 @@ from pymc_subsample.bounds import (
 )
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.rebuild import distribution_name
 
 __all__ = [
     "GLMTerm",
@@ -151,7 +152,7 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
         op = block.rv.owner.op
         candidates = [f for f in registered() if isinstance(op, f.rv_op)]
         if not candidates:
-            raise unsupported(block.name, f"its family is {_dist_name(op)}")
+            raise unsupported(block.name, f"its family is {distribution_name(block.rv)}")
         dist_params = op.dist_params(block.rv.owner)
         for fam in candidates:
             read = fam.read(dist_params)
