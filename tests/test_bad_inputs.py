@@ -21,6 +21,7 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample import SubsamplingModelError
+from tests import row_models
 from tests.posterior import SAMPLE, assert_matches, summary
 
 N = 400
@@ -373,6 +374,20 @@ CASES = [
          error(E, r"'counts'.*not softplus\(eta\) or exp\(eta\).*UserBound")),
     Case("MHSS: Weibull (no family)", weibull, MHSS,
          error(E, r"'sizes'.*its family is Weibull.*UserBound")),
+    # a family the likelihood layer reads (AusterityMH and BarkerMinibatch sample it:
+    # tests/test_likelihood_constructs.py) but MHSS has no bound for: named with its components
+    Case("MHSS: right-censored Weibull", partial(row_models.censored_weibull_right, N), MHSS,
+         error(E, r"'y'.*its family is Censored\(Weibull\).*UserBound.*AusterityMH or "
+                  r"BarkerMinibatch")),
+    Case("MHSS: hurdle Poisson", partial(row_models.hurdle_poisson, N), MHSS,
+         error(E, r"'y'.*its family is Hurdle\(DiracDelta, TruncatedPoisson\).*UserBound")),
+    Case("MHSS: zero-inflated Poisson", partial(row_models.zero_inflated_poisson, N), MHSS,
+         error(E, r"'y'.*its family is Mixture\(DiracDelta, Poisson\).*UserBound")),
+    Case("MHSS: multinomial logit with a pt.zeros((N, 1)) reference column",
+         partial(row_models.categorical_reference_zeros, N), MHSS,
+         error(E, r"'y'.*its family is Categorical.*UserBound")),
+    Case("MHSS: Binomial with per-row trials", partial(row_models.binomial_trials_data, N),
+         MHSS, error(E, r"'y'.*its family is Binomial.*UserBound")),
     Case("MHSS: Normal with sigma**2 + 0.1", normal_sigma_not_log_affine, MHSS,
          error(E, r"'resp'.*sampled sigma.*log\(sigma\) is not affine.*UserBound")),
     Case("MHSS: sampled-sigma Normal beside a Bernoulli", normal_sampled_sigma_and_bernoulli,

@@ -2,14 +2,18 @@
 
 The observed variables' nodes carry the static size ``N``, so slicing the model's own logp
 graph would not work: :func:`rebuild_on_index` rebuilds each one with every data container
-indexed by ``idx`` (:class:`ObservedBlock`). Mixtures, censored and truncated distributions
-(PyMC's ``SymbolicRandomVariable`` s) are rebuilt from their indexed inputs by PyMC's own
-resizing (:func:`pymc.distributions.shape_utils.change_dist_size`).
+indexed by ``idx`` (:class:`ObservedBlock`). Every random variable in its graph whose batch
+runs over the rows (the observed one, and the components of mixtures, censored, truncated and
+hurdle distributions) is rebuilt with its size changed to ``len(idx)``; PyMC's
+``SymbolicRandomVariable`` s (``Censored``, ``Truncated``, ``Mixture``, even ``Weibull``),
+whose inner graphs carry the static ``N``, by PyMC's own resizing
+(:func:`pymc.distributions.shape_utils.change_dist_size`).
 
 Before that rebuild, every parameter-free expression of the row data (``x - x.mean()``,
 ``X / X.std(0)``) that does not commute with row indexing is evaluated once on the full data
-and indexed, so it keeps its full-data meaning (:func:`_fold_data_expressions`); expressions
-of :func:`pymc_subsample.Data` rows must be row-wise. The functions take the
+and indexed, so it keeps its full-data meaning (:func:`_fold_data_expressions`); so is every
+N-sized constant that is not data (``pt.zeros((N, 1))``), which is row data like a data array.
+Expressions of :func:`pymc_subsample.Data` rows must be row-wise. The functions take the
 :class:`~pymc_subsample.model.likelihood.SubsampledLikelihood` being built (``lik``: its model,
 ``N``, ``idx``, its compile function and the gathered row inputs).
 """
@@ -61,7 +65,8 @@ class ObservedBlock:
     rv : Variable
         The rebuilt random variable whose data inputs are indexed by ``idx``: a
         ``RandomVariable``, or for mixtures, censored and truncated distributions the
-        ``SymbolicRandomVariable`` PyMC builds for them, with batch length ``len(idx)``.
+        ``SymbolicRandomVariable`` PyMC builds for them, with batch length ``len(idx)``
+        (:func:`distribution_name` names it with its components).
     value : Variable
         Its observed value, indexed by ``idx``.
     data : tuple of Variable
