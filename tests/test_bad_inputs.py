@@ -365,6 +365,10 @@ CASES = [
     Case("ambiguous row axis", ambiguous_axis, MHSS, error(E, r"'K'.*'y'.*ambiguous.*first axis")),
     Case("observed with rows on axis 1", observed_on_axis_one, MHSS,
          error(E, r"'y' has shape \(1, 400\).*first axis")),
+    Case("no second derivative: hurdle negative binomial at cv_order=2",
+         partial(row_models.hurdle_negative_binomial, N), pms.AusterityMH,
+         error(E, r"'y' \(Hurdle\(DiracDelta, TruncatedNegativeBinomial\)\).*no second "
+                  r"derivative.*ScalarLoop.*cv_order=1")),
     Case("data expression giving NaN", constant_column_standardised, BARKER,
          error(E, r"data \['X'\].*'y'.*NaN.*constant column")),
     # --- MHSS needs a bound: unsupported likelihoods

@@ -4,18 +4,21 @@ For each model of :mod:`tests.row_models` (censored, truncated, hurdle, zero-inf
 mixtures, ordinal, categorical with a reference column, binomial with per-row trials, the
 positive families), the per-row terms :meth:`SubsampledLikelihood.loglik_terms` on random row
 indices (repeats included) equal PyMC's own elementwise log density of the observed variable
-(``pm.logp(rv, value)``) evaluated on all rows, at random parameter points, to 1e-10.
+(``model.logp(vars=[rv], sum=False)``) evaluated on all rows, at random parameter points, to
+1e-10, and so do their gradients, which the steps' Laplace frame and control variates use.
 
 Before the rebuild resized the components of censored and hurdle distributions and indexed
 N-sized constants, ``Censored(Weibull)``, ``HurdlePoisson``, ``HurdleNegativeBinomial`` and a
-``Categorical`` whose reference column is ``pt.zeros((N, 1))`` were refused at construction.
+``Categorical`` whose reference column is ``pt.zeros((N, 1))`` were refused at construction;
+while the terms came from ``pm.logp`` (not the model's path, ``conditional_logp``), a
+truncated normal's gradient was NaN and a hurdle negative binomial's had no gradient at all.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pymc as pm
 import pytest
+from pytensor.gradient import grad
 
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from tests.row_models import MODELS
@@ -30,20 +33,20 @@ def test_terms_equal_pymc_elementwise_logp(name):
     # the Python linker: no C compilation, which would cost more than the whole check
     lik = SubsampledLikelihood(model, compile_kwargs={"mode": "FAST_COMPILE"})
     (rv,) = model.observed_RVs
-    # PyMC's own elementwise log density on all N rows, of the observed variable with the
-    # model's free variables standing for their values (then for θ); pm.logp of the model's
-    # variable itself would keep free variables inside a censored one as random draws
-    node = rv.owner
-    on_values = node.clone_with_new_inputs(model.replace_rvs_by_values(node.inputs))
-    ref_graph = pm.logp(on_values.outputs[node.outputs.index(rv)], model.rvs_to_values[rv])
-    # compiled as the terms are (PyMC's truncated normal has float32 constants, whose
-    # rounding differs by 1e-8 under other rewrites)
-    ref_fn = lik.compile([lik.theta], lik.in_theta([ref_graph]))
+    # PyMC's own elementwise log density of the observed variable on all N rows, and the
+    # gradient of its sum over the rows idx, as graphs of θ
+    (ref_graph,) = lik.in_theta(model.logp(vars=[rv], sum=False, jacobian=False))
+    ref_grad = grad(ref_graph[lik.idx].sum(), lik.theta)
+    ours_grad = grad(lik.terms.sum(), lik.theta)
+    fn = lik.compile([lik.theta, lik.idx], [ref_graph, ref_grad, lik.terms, ours_grad])
     rng = np.random.default_rng(7)
     theta0 = lik.ravel(model.initial_point())
     for _ in range(2):
         theta = theta0 + 0.3 * rng.standard_normal(lik.dim)
-        ref = np.asarray(ref_fn(theta)[0])
-        assert ref.shape == (N,) and np.all(np.isfinite(ref))
         idx = rng.integers(0, N, size=25).astype(np.int64)  # repeats allowed
+        ref, ref_g, terms, g = fn(theta, idx)
+        assert ref.shape == (N,) and np.all(np.isfinite(ref)) and np.all(np.isfinite(ref_g))
+        np.testing.assert_allclose(terms, ref[idx], rtol=TOL, atol=TOL)
         np.testing.assert_allclose(lik.loglik_terms(theta, idx), ref[idx], rtol=TOL, atol=TOL)
+        # the steps' Laplace frame and control variates differentiate the terms
+        np.testing.assert_allclose(g, ref_g, rtol=TOL, atol=TOL)

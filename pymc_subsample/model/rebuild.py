@@ -24,13 +24,13 @@ from collections.abc import Container
 from dataclasses import dataclass
 
 import numpy as np
-import pymc as pm
 import pytensor.tensor as pt
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.distributions.shape_utils import change_dist_size
+from pymc.logprob.basic import conditional_logp
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
-from pytensor.graph.replace import clone_replace
+from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, toposort
 from pytensor.tensor.basic import get_scalar_constant_value
@@ -573,7 +573,13 @@ def row_logp(block: ObservedBlock):
     stable = stable_bernoulli_logp(block.rv, block.value)
     if stable is not None:
         return stable
-    logp = pm.logp(block.rv, block.value)
+    # PyMC's model-level path (``model.logp`` uses it), not ``pm.logp``: its rewrites of the
+    # measurable graph give, e.g. for a truncated normal with an infinite bound, a graph
+    # whose gradient is finite where pm.logp's is NaN
+    value = block.value.type()
+    logp = graph_replace(
+        conditional_logp({block.rv: value})[value], {value: block.value}, strict=False
+    )
     if any(isinstance(n.op, RandomVariable) for n in toposort([logp])):
         # a mixture's logp reads its components' shapes: without this rewrite every call
         # would also draw the components (PyMC's compile adds their RNG updates), some on
