@@ -11,7 +11,7 @@ Before the rebuild resized the components of censored and hurdle distributions a
 N-sized constants, ``Censored(Weibull)``, ``HurdlePoisson``, ``HurdleNegativeBinomial`` and a
 ``Categorical`` whose reference column is ``pt.zeros((N, 1))`` were refused at construction;
 while the terms came from ``pm.logp`` (not the model's path, ``conditional_logp``), a
-truncated normal's gradient was NaN and a hurdle negative binomial's had no gradient at all.
+truncated normal's gradient was NaN.
 """
 
 from __future__ import annotations
