@@ -5,7 +5,8 @@ mixtures, ordinal, categorical with a reference column, binomial with per-row tr
 positive families), the per-row terms :meth:`SubsampledLikelihood.loglik_terms` on random row
 indices (repeats included) equal PyMC's own elementwise log density of the observed variable
 (``model.logp(vars=[rv], sum=False)``) evaluated on all rows, at random parameter points, to
-1e-10, and so do their gradients, which the steps' Laplace frame and control variates use.
+1e-10, and so do their gradients, which the steps' Laplace frame and control variates use;
+the compiled terms read only the rows ``idx``.
 
 Before the rebuild resized the components of censored and hurdle distributions and indexed
 N-sized constants, ``Censored(Weibull)``, ``HurdlePoisson``, ``HurdleNegativeBinomial`` and a
@@ -22,6 +23,7 @@ from pytensor.gradient import grad
 
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from tests.row_models import MODELS
+from tests.test_likelihood import _row_data_reads
 
 N = 60
 TOL = 1e-10
@@ -50,3 +52,12 @@ def test_terms_equal_pymc_elementwise_logp(name):
         np.testing.assert_allclose(lik.loglik_terms(theta, idx), ref[idx], rtol=TOL, atol=TOL)
         # the steps' Laplace frame and control variates differentiate the terms
         np.testing.assert_allclose(g, ref_g, rtol=TOL, atol=TOL)
+    # cost ∝ len(idx): every N-row array, the N-sized constants folded from the graph among
+    # them, is read through an index on idx (or only its shape), and no component draws
+    reads = _row_data_reads(lik, N)
+    assert all(
+        (op.startswith("AdvancedSubtensor") and on_idx) or op.startswith("Shape")
+        for clients in reads.values() for op, on_idx in clients
+    ), reads
+    ops = [type(n.op).__name__ for n in lik._terms_fn.maker.fgraph.toposort()]
+    assert not [op for op in ops if op.endswith("RV")], ops
