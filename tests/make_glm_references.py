@@ -5,7 +5,9 @@ For each case in :data:`CASES` (family, rows, dimension, data seed) this runs Py
 MCSE of the mean of ``b`` (as ``mean``, ``sd``, ``mcse``) and of any other free variable ``v``
 (as ``v_mean``, ``v_sd``, ``v_mcse``) to ``tests/data/nuts_<family>_<n>x<d>.npz``, with the
 settings and versions as a JSON string under ``settings``. The tests load these instead of
-running NUTS on tens of thousands of rows themselves. Rerun when a case or
+running NUTS on tens of thousands of rows themselves. A case whose family names a model of
+:mod:`tests.row_models` (a censored Weibull, a zero-inflated Poisson) builds that model with
+``n`` rows and the data seed (``d`` is then its number of coefficients). Rerun when a case or
 :mod:`pymc_subsample.datasets` changes:
 
     python tests/make_glm_references.py                  # every case
@@ -29,6 +31,7 @@ from pymc_subsample.datasets import (
     random_effects_data,
     random_effects_model,
 )
+from tests import row_models
 
 DATA = Path(__file__).parent / "data"
 #: (family, rows, dimension, data seed)
@@ -38,7 +41,9 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9),
          ("gamma_log_scale", 20_000, 4, 9), ("random_effects", 12_000, 3, 5),
          ("random_effects_noncentred", 12_000, 3, 5), ("student_t_nu", 20_000, 4, 9),
-         ("logistic_product", 20_000, 4, 9), ("logistic", 20_000, 4, 9)]
+         ("logistic_product", 20_000, 4, 9), ("logistic", 20_000, 4, 9),
+         ("censored_weibull_right", 3000, row_models.D + 1, 4),
+         ("zero_inflated_poisson", 3000, row_models.D + 1, 4)]
 #: Groups of the random-effects case.
 RE_GROUPS = 40
 SETTINGS = dict(draws=2500, tune=1000, chains=4, random_seed=12)
@@ -52,6 +57,8 @@ def reference_model(family: str, n: int, d: int, seed: int) -> pm.Model:
     """The model of a case: ``glm_model``'s, or the random-intercept logistic regression
     (:data:`RE_GROUPS` groups), centred for ``"random_effects"`` and non-centred (``s * z[g]``)
     for ``"random_effects_noncentred"``."""
+    if family in row_models.MODELS:
+        return row_models.MODELS[family](n, seed=seed)
     if family.startswith("random_effects"):
         return random_effects_model(*random_effects_data(n, d, RE_GROUPS, seed=seed),
                                     groups=RE_GROUPS, centred=family == "random_effects")

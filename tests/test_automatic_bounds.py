@@ -151,6 +151,18 @@ def test_special_functions_against_mpmath(fn, exact, lo, hi):
         assert max(values) <= mpmath.mpf(float(out_hi[0]))
 
 
+def test_isinf_picks_a_branch_on_data_and_stays_open_on_a_box():
+    """A censoring bound of inf (data) decides its switch; a box reaching inf does not."""
+    x, c = pt.vector("x", dtype="float64"), pt.vector("c", dtype="float64")
+    c_values = np.array([np.inf, 2.0, 2.0])
+    ((lo, hi),) = evaluate_intervals(
+        [pt.switch(pt.isinf(c), x, 10.0 + x)],
+        {x: (np.zeros(3), np.ones(3)), c: (c_values, np.array([np.inf, 2.0, np.inf]))})
+    np.testing.assert_allclose(lo, [0.0, 10.0, 0.0], rtol=1e-12)  # outward rounding
+    assert hi[0] >= 1.0 and hi[1] >= 11.0 and hi[2] >= 11.0
+    assert hi[0] < 10.0  # the certain branch only
+
+
 def test_an_op_without_a_rule_is_named():
     x = pt.vector("x", dtype="float64")
     with pytest.raises(NoIntervalRule, match="Sin"):

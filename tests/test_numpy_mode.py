@@ -66,3 +66,19 @@ def test_numpy_mode_functions_pickle():
     theta = np.zeros(lik.dim)
     again = cloudpickle.loads(cloudpickle.dumps(data_pass))
     assert again.full(theta).loglik == pytest.approx(data_pass.full(theta).loglik, rel=1e-14)
+
+
+def test_fill_is_rewritten_for_any_broadcast():
+    """``second(x, y)`` with ``y`` wider than ``x`` (a hurdle's gradient): the NumPy form has
+    the shape of both, and the rewrite does not fail (PyTensor would log it and keep the op)."""
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.tensor.basic import second
+
+    from pymc_subsample.model.likelihood import _NUMPY_MODE
+
+    x = pt.matrix("x", shape=(None, 1))
+    y = pt.constant(np.array([[0.0, 0.0, 0.0, 1.0]]))
+    fn = pytensor.function([x], second(x, y), mode=_NUMPY_MODE)
+    assert not any(isinstance(n.op, Elemwise) for n in fn.maker.fgraph.apply_nodes)
+    np.testing.assert_array_equal(fn(np.ones((3, 1))), np.tile([0.0, 0.0, 0.0, 1.0], (3, 1)))

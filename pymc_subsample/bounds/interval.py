@@ -284,6 +284,17 @@ def _identity(x: Interval) -> Interval:
     return x
 
 
+def _isinf(x: Interval) -> Interval:
+    # certainly infinite only at one infinite point (a censoring bound of ±inf, data)
+    lo, hi = x
+    return (lo == hi) & np.isinf(lo), np.isinf(lo) | np.isinf(hi)
+
+
+def _isnan(x: Interval) -> Interval:
+    lo, hi = x
+    return np.isnan(lo) & np.isnan(hi), np.isnan(lo) | np.isnan(hi)
+
+
 def _second(_shape: Interval, x: Interval) -> Interval:
     return x  # fill: the value of the second input, broadcast by the caller
 
@@ -362,6 +373,8 @@ _RULES: dict[type, Callable] = {
     ps.AND: _and,
     ps.OR: _or,
     ps.Invert: _invert,
+    ps.IsInf: _isinf,
+    ps.IsNan: _isnan,
     ps.Identity: _identity,
     ps.Second: _second,
 }

@@ -42,6 +42,7 @@ from pymc_subsample.bounds import (
 )
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.rebuild import distribution_name
 
 __all__ = [
     "GLMTerm",
@@ -95,10 +96,12 @@ class GLMTerm:
 def unsupported(name: str, what: str) -> SubsamplingModelError:
     supported = "; ".join(f.description for f in (*registered(), *location_scale_families()))
     return SubsamplingModelError(
-        f"MHSS has no automatic bound for observed variable '{name}': {what}. Supported, each "
-        f"with eta affine in the parameters: {supported}. Pass your own bound with "
-        "MHSS(bound=pms.UserBound(...)), or use AusterityMH or BarkerMinibatch, which need no "
-        "bound."
+        f"MHSS has no automatic bound for observed variable '{name}': {what}. Bounded by hand, "
+        f"each with eta affine in the parameters: {supported}; and, from the model's graph, "
+        "any row term whose parameters enter through predictors affine in them (one value per "
+        "row or one for all rows) and whose ops have interval rules (docs/methods/mhss.md, "
+        "'Automatic bounds'). Pass your own bound with MHSS(bound=pms.UserBound(...)), or use "
+        "AusterityMH or BarkerMinibatch, which need no bound."
     )
 
 
@@ -151,7 +154,7 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
         op = block.rv.owner.op
         candidates = [f for f in registered() if isinstance(op, f.rv_op)]
         if not candidates:
-            raise unsupported(block.name, f"its family is {_dist_name(op)}")
+            raise unsupported(block.name, f"its family is {distribution_name(block.rv)}")
         dist_params = op.dist_params(block.rv.owner)
         for fam in candidates:
             read = fam.read(dist_params)

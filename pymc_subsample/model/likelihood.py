@@ -38,6 +38,7 @@ from pytensor.graph.traversal import ancestors
 from pytensor.scalar.basic import Add, Cast, Mul, Second
 from pytensor.scalar.math import Softplus
 from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.extra_ops import broadcast_shape
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.cluster import SETUP_CHUNK_ROWS, GatheringFunction, map_row_blocks
@@ -74,7 +75,7 @@ def _as_ufuncs(fgraph, node):
     """Elementwise ops NumPy has no ufunc for, written without them (the Python linker would
     otherwise call them once per element): ``softplus(x) = max(x, 0) + log1p(exp(−|x|))``, the
     same stable value; a cast to float64 as a product with ``1.0``, exact; ``second(x, y)``
-    (``y`` filled to ``x``'s shape, in gradients) as an allocation."""
+    (``y`` filled to the shape of both, in gradients) as a broadcast."""
     op = node.op.scalar_op
     x = node.inputs[0]
     if isinstance(op, Softplus):
@@ -82,7 +83,8 @@ def _as_ufuncs(fgraph, node):
     elif isinstance(op, Cast) and node.outputs[0].dtype == "float64":
         out = pt.mul(x, pt.constant(1.0, dtype="float64"))
     elif isinstance(op, Second):
-        out = pt.alloc(node.inputs[1], *x.shape)
+        # y broadcast against x: the output's shape is both inputs' broadcast shape
+        out = pt.broadcast_to(node.inputs[1], broadcast_shape(x, node.inputs[1]))
     else:
         return None
     return [pt.cast(out, node.outputs[0].dtype)]

@@ -2,14 +2,18 @@
 
 The observed variables' nodes carry the static size ``N``, so slicing the model's own logp
 graph would not work: :func:`rebuild_on_index` rebuilds each one with every data container
-indexed by ``idx`` (:class:`ObservedBlock`). Mixtures, censored and truncated distributions
-(PyMC's ``SymbolicRandomVariable`` s) are rebuilt from their indexed inputs by PyMC's own
-resizing (:func:`pymc.distributions.shape_utils.change_dist_size`).
+indexed by ``idx`` (:class:`ObservedBlock`). Every random variable in its graph whose batch
+runs over the rows (the observed one, and the components of mixtures, censored, truncated and
+hurdle distributions) is rebuilt with its size changed to ``len(idx)``; PyMC's
+``SymbolicRandomVariable`` s (``Censored``, ``Truncated``, ``Mixture``, even ``Weibull``),
+whose inner graphs carry the static ``N``, by PyMC's own resizing
+(:func:`pymc.distributions.shape_utils.change_dist_size`).
 
 Before that rebuild, every parameter-free expression of the row data (``x - x.mean()``,
 ``X / X.std(0)``) that does not commute with row indexing is evaluated once on the full data
-and indexed, so it keeps its full-data meaning (:func:`_fold_data_expressions`); expressions
-of :func:`pymc_subsample.Data` rows must be row-wise. The functions take the
+and indexed, so it keeps its full-data meaning (:func:`_fold_data_expressions`); so is every
+N-sized constant that is not data (``pt.zeros((N, 1))``), which is row data like a data array.
+Expressions of :func:`pymc_subsample.Data` rows must be row-wise. The functions take the
 :class:`~pymc_subsample.model.likelihood.SubsampledLikelihood` being built (``lik``: its model,
 ``N``, ``idx``, its compile function and the gathered row inputs).
 """
@@ -20,13 +24,13 @@ from collections.abc import Container
 from dataclasses import dataclass
 
 import numpy as np
-import pymc as pm
 import pytensor.tensor as pt
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.distributions.shape_utils import change_dist_size
+from pymc.logprob.basic import conditional_logp
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
-from pytensor.graph.replace import clone_replace
+from pytensor.graph.replace import clone_replace, graph_replace
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import ancestors, toposort
 from pytensor.tensor.basic import get_scalar_constant_value
@@ -61,7 +65,8 @@ class ObservedBlock:
     rv : Variable
         The rebuilt random variable whose data inputs are indexed by ``idx``: a
         ``RandomVariable``, or for mixtures, censored and truncated distributions the
-        ``SymbolicRandomVariable`` PyMC builds for them, with batch length ``len(idx)``.
+        ``SymbolicRandomVariable`` PyMC builds for them, with batch length ``len(idx)``
+        (:func:`distribution_name` names it with its components).
     value : Variable
         Its observed value, indexed by ``idx``.
     data : tuple of Variable
@@ -149,37 +154,57 @@ def _is_data_root(var: Variable) -> bool:
     return isinstance(var, SharedVariable | Constant) and not isinstance(var.type, RandomType)
 
 
-def _data_expressions(outputs: list[Variable], row_leaves: set[Variable]) -> list[Variable]:
-    """The maximal parameter-free subgraphs of ``outputs`` that compute on row data.
+def _data_expressions(
+    outputs: list[Variable], row_leaves: set[Variable], n_rows: int,
+    skip: Container[Variable] = (),
+) -> list[Variable]:
+    """The maximal parameter-free subgraphs of ``outputs`` whose values run over the rows.
 
     A variable qualifies when every root below it is data (no value variable, no random draw)
-    and it reads a row-data leaf other than through its shape (``X.shape[0]`` must follow the
-    index). Leaves themselves are left out: they are indexed directly.
+    and either it reads a row-data leaf other than through its shape (``X.shape[0]`` must
+    follow the index), or it reads no row data at all but has an axis of length ``N``: an
+    N-sized constant that is not data (``pt.zeros((N, 1))``) is row data as a data leaf is.
+    Such a constant whose static shape is unknown qualifies too (the fold evaluates it).
+    Leaves themselves are left out: they are indexed directly; so are the variables in
+    ``skip`` (random variables' sizes).
     """
     fixed: dict[Variable, bool] = {}
     rows: dict[Variable, bool] = {}
+    touches: dict[Variable, bool] = {}  # reads row data, if only through its shape
+    constant: dict[Variable, bool] = {}  # every root a constant (no pm.Data)
     for node in toposort(outputs):
         for inp in node.inputs:
             if inp.owner is None:
                 fixed[inp] = _is_data_root(inp)
-                rows[inp] = inp in row_leaves
-        is_fixed = not isinstance(node.op, RandomVariable) and all(fixed[i] for i in node.inputs)
+                rows[inp] = touches[inp] = inp in row_leaves
+                constant[inp] = isinstance(inp, Constant)
+        # a distribution is not data, even one without a random generator (DiracDelta)
+        is_fixed = not isinstance(node.op, RandomVariable | SymbolicRandomVariable) and all(
+            fixed[i] for i in node.inputs
+        )
         reads_rows = not isinstance(node.op, Shape | Shape_i) and any(rows[i] for i in node.inputs)
         for out in node.outputs:
             fixed[out], rows[out] = is_fixed, reads_rows
+            touches[out] = any(touches[i] for i in node.inputs)
+            constant[out] = all(constant[i] for i in node.inputs)
     found, seen, stack = [], set(), list(outputs)
     while stack:
         var = stack.pop()
-        if var in seen or var.owner is None:
+        if var in seen or var.owner is None or var in skip:
             continue
         seen.add(var)
-        if fixed[var] and rows[var] and isinstance(var.type, TensorType):
-            found.append(var)
-        else:
-            stack.extend(var.owner.inputs)
+        if fixed[var] and isinstance(var.type, TensorType):
+            if rows[var]:
+                found.append(var)
+                continue
+            if not touches[var]:
+                # the same value on any rows: only an axis of length N makes it row data
+                shape = var.type.shape
+                if n_rows > 1 and (n_rows in shape or (None in shape and constant[var])):
+                    found.append(var)
+                continue
+        stack.extend(var.owner.inputs)
     return found
-
-
 
 
 def probe_rows(lik) -> list[np.ndarray]:
@@ -200,6 +225,13 @@ def probe_rows(lik) -> list[np.ndarray]:
 
 
 def rebuild_on_index(lik, rv: Variable) -> ObservedBlock:
+    """``rv`` rebuilt with its row data indexed by ``idx`` and its batch length ``len(idx)``.
+
+    Every random variable in its graph whose batch runs over the rows (the observed one, and
+    the components of a mixture, censored, truncated or hurdle distribution) is rebuilt with
+    its size changed (:func:`_resized`); the rest of the graph is remade with its row data
+    indexed (:func:`_rebuild`).
+    """
     model = lik.model
     node = rv.owner
     op = node.op
@@ -219,57 +251,144 @@ def rebuild_on_index(lik, rv: Variable) -> ObservedBlock:
             "needs independent rows: give it one draw per row (rows on the first axis), "
             "or sample with NUTS."
         )
-    if isinstance(op, RandomVariable):
-        size = op.size_param(node)
-        params = model.replace_rvs_by_values(op.dist_params(node))
-        repl, data = _row_replacements(lik, rv.name, params, value)
-        *new_params, new_value = _replace([*params, value], repl)
-        if isinstance(size.type, NoneTypeT):
-            new_size = size
-        else:
-            new_size = pt.concatenate([lik.idx.shape[:1], size[1:]])
-        new_rv = op.make_node(op.rng_param(node), new_size, *new_params).default_output()
-        return ObservedBlock(rv.name, new_rv, new_value, data)
-    return _rebuild_symbolic(lik, rv, value)
-
-
-def _rebuild_symbolic(lik, rv: Variable, value: Variable) -> ObservedBlock:
-    """Rebuild a :class:`SymbolicRandomVariable` (mixture, censored, truncated) on ``idx``.
-
-    Its inputs (component distributions and their parameters, bounds, weights) are rebuilt
-    with the row data indexed, then PyMC's own resizing builds a new op of batch length
-    ``len(idx)``. Re-applying the old op instead would pin the static ``N`` of its inner
-    graph's inputs with a ``SpecifyShape``; the resizing makes a fresh inner graph.
-    """
-    node = rv.owner
-    op = node.op
-    inputs = lik.model.replace_rvs_by_values(node.inputs)
-    # the components' sizes (a constant ``[N, k]``) are not row data but take the row
-    # count of idx, as a plain observed variable's size does
-    sizes = {}
-    for n in toposort(inputs):
-        size = n.op.size_param(n) if isinstance(n.op, RandomVariable) else None
-        if size is not None and _leading_length(size) == lik.n_rows:
-            sizes[size] = pt.concatenate([lik.idx.shape[:1], size[1:]])
+    inputs = model.replace_rvs_by_values(node.inputs)
+    # sizes (a constant ``[N, k]``) are not row data: they take the row count of idx
+    sizes = {
+        size
+        for n in (*toposort(inputs), node)
+        if isinstance(n.op, RandomVariable | SymbolicRandomVariable)
+        and (size := _size_param(n)) is not None
+    }
     repl, data = _row_replacements(lik, rv.name, inputs, value, skip=sizes)
-    repl.update(sizes)
-    *new_inputs, new_value = _replace([*inputs, value], repl)
-    # a carrier node holding the indexed inputs, only read by the resizing (never run)
-    carrier = Apply(op, new_inputs, [out.type() for out in node.outputs])
+    *new_inputs, new_value = _rebuild(lik, rv.name, [*inputs, value], repl)
     shape = observed_shape(value)
     batch = shape[: len(shape) - op.ndim_supp]
-    new_size = pt.concatenate(
-        [lik.idx.shape[:1], pt.as_tensor(np.asarray(batch[1:], dtype=np.int64))]
-    )
+    new_rv = _resized(lik, rv.name, node, new_inputs, batch[1:])[node.outputs.index(rv)]
+    return ObservedBlock(rv.name, new_rv, new_value, data)
+
+
+def distribution_name(rv: Variable) -> str:
+    """The distribution of ``rv`` as PyMC prints it, with its component distributions.
+
+    ``Censored(Weibull)``, ``Mixture(DiracDelta, Poisson)`` (a zero-inflated Poisson),
+    ``Hurdle(DiracDelta, TruncatedPoisson)``, ``Categorical`` (also ``OrderedLogistic``,
+    which PyMC builds as one). The components are the inputs that are distributions
+    themselves: in a rebuilt block (:class:`ObservedBlock`) the model's own random variables
+    have been replaced by their values.
+    """
+    op = rv.owner.op
+    # PyMC's display name ("Weibull", not the op's class WeibullBetaRV); ops outside PyMC's
+    # distributions may have none
+    name = getattr(op, "_print_name", (type(op).__name__.removesuffix("RV"),))[0]
+    parts = [
+        distribution_name(i) for i in rv.owner.inputs
+        if i.owner is not None and isinstance(i.owner.op, RandomVariable | SymbolicRandomVariable)
+    ]
+    return f"{name}({', '.join(parts)})" if parts else name
+
+
+def _size_param(node: Apply) -> Variable | None:
+    """A random variable's ``size`` input, or ``None`` (none given, or none declared)."""
     try:
-        new_rv = change_dist_size(carrier.outputs[node.outputs.index(rv)], new_size)
+        size = node.op.size_param(node)
+    except ValueError:  # a SymbolicRandomVariable without extended_signature (TruncatedRV)
+        return None
+    return None if size is None or isinstance(size.type, NoneTypeT) else size
+
+
+def _row_batched(lik, node: Apply, reads_rows: bool) -> bool:
+    """A random variable whose batch runs over the rows: its first batch axis has length
+    ``N`` (static shape or constant size), or it reads row data (``reads_rows``: PyMC's
+    truncated components may not know their static length)."""
+    if not isinstance(node.op, RandomVariable | SymbolicRandomVariable):
+        return False
+    out = node.default_output()
+    if out.type.ndim <= node.op.ndim_supp:
+        return False
+    if reads_rows or out.type.shape[0] == lik.n_rows:
+        return True
+    size = _size_param(node)
+    return size is not None and _leading_length(size) == lik.n_rows
+
+
+def _rebuild(lik, name: str, outputs: list[Variable], repl: dict) -> list[Variable]:
+    """``outputs`` with ``repl`` applied and every row-batched random variable resized.
+
+    Nodes are remade so that types are inferred anew: a static length ``N`` must become the
+    unknown length of ``idx`` (``graph_replace`` would pin it with a failing SpecifyShape).
+    A random variable whose batch runs over the rows is rebuilt by :func:`_resized`, not
+    re-applied: a ``SymbolicRandomVariable`` (PyMC's Censored, Truncated, Weibull, the
+    components of a hurdle) has an inner graph whose input types carry the static ``N``.
+    """
+    row_inputs = {lik.idx, *(rows for rows, _ in lik.gathered.values())}
+    memo = dict(repl)
+    # the replacements that carry the row axis (not a data expression folded to a constant)
+    on_rows = {new for new in repl.values() if any(v in row_inputs for v in ancestors([new]))}
+    for node in toposort(outputs, blockers=list(repl)):
+        new_inputs = [memo.get(i, i) for i in node.inputs]
+        reads_rows = any(i in on_rows for i in new_inputs)
+        if _row_batched(lik, node, reads_rows):
+            out = node.default_output()
+            batch = out.type.shape[1 : out.type.ndim - node.op.ndim_supp]
+            if None in batch:
+                raise SubsamplingModelError(
+                    f"Observed variable '{name}' has a component {type(node.op).__name__} "
+                    "whose shape beyond the rows is not known before sampling, which "
+                    "pymc-subsample cannot rebuild on a row index. Give the component a "
+                    "fixed shape, write its per-row log density with pm.CustomDist(..., "
+                    "logp=...), or sample with NUTS."
+                )
+            new_outputs = _resized(lik, name, node, new_inputs, batch)
+            reads_rows = True
+        elif any(new is not old for new, old in zip(new_inputs, node.inputs, strict=True)):
+            new_outputs = node.clone_with_new_inputs(new_inputs, strict=False).outputs
+        else:
+            continue
+        memo.update(zip(node.outputs, new_outputs, strict=True))
+        if reads_rows:
+            on_rows.update(new_outputs)
+    return [memo.get(out, out) for out in outputs]
+
+
+def _resized(
+    lik, name: str, node: Apply, new_inputs: list[Variable], trailing: tuple[int, ...]
+) -> list[Variable]:
+    """The outputs of random variable ``node`` on ``new_inputs`` (row data indexed), with batch
+    shape ``(len(idx), *trailing)``.
+
+    A ``RandomVariable`` is made anew with that size (or none, when it had none: its
+    parameters give the shape). A ``SymbolicRandomVariable`` is resized by PyMC's own
+    :func:`~pymc.distributions.shape_utils.change_dist_size`, which builds a fresh inner graph
+    (censored, truncated, mixtures resize their components likewise), from a carrier node that
+    holds the indexed inputs and is only read by the resizing, never run.
+    """
+    op = node.op
+    new_size = pt.concatenate(
+        [lik.idx.shape[:1], pt.as_tensor(np.asarray(trailing, dtype=np.int64))]
+    )
+    carrier = Apply(op, new_inputs, [out.type() for out in node.outputs])
+    if isinstance(op, RandomVariable):
+        size = op.size_param(carrier)
+        if isinstance(size.type, NoneTypeT):
+            new_size = size
+        return op.make_node(op.rng_param(carrier), new_size, *op.dist_params(carrier)).outputs
+    try:
+        new_rv = change_dist_size(carrier.outputs[node.outputs.index(node.default_output())],
+                                  new_size)
     except (NotImplementedError, ValueError) as err:  # one PyMC cannot resize
         raise SubsamplingModelError(
-            f"Observed variable '{rv.name}' uses {type(op).__name__}, which pymc-subsample "
+            f"Observed variable '{name}' uses {type(op).__name__}, which pymc-subsample "
             f"cannot rebuild on a row index ({first_line(err)}). Write its per-row log "
             "density with pm.CustomDist(..., logp=...), or sample with NUTS."
         ) from err
-    return ObservedBlock(rv.name, new_rv, new_value, data)
+    new_outputs = new_rv.owner.outputs
+    if len(new_outputs) != len(node.outputs):  # not seen in PyMC's distributions
+        raise SubsamplingModelError(
+            f"Observed variable '{name}' uses {type(op).__name__}, which PyMC resizes into a "
+            "different op, so pymc-subsample cannot rebuild it on a row index. Write its "
+            "per-row log density with pm.CustomDist(..., logp=...), or sample with NUTS."
+        )
+    return list(new_outputs)
 
 
 def _leading_length(size: Variable) -> int | None:
@@ -323,7 +442,7 @@ def _row_replacements(
             )
     repl = {var: _rows_on_index(lik, var, axis) for var, axis in axes.items()}
     lik._row_axes.update({var: axis for var, axis in axes.items() if axis != 0})
-    repl.update(_fold_data_expressions(lik, name, [*graphs, value], set(data), repl))
+    repl.update(_fold_data_expressions(lik, name, [*graphs, value], set(data), repl, skip))
     return repl, tuple(data)
 
 
@@ -362,17 +481,19 @@ def row_axis(lik, shape: tuple[int, ...], name: str, what: str) -> int | None:
 
 
 def _fold_data_expressions(
-    lik, name: str, outputs: list[Variable], row_leaves: set[Variable], leaf_repl: dict
+    lik, name: str, outputs: list[Variable], row_leaves: set[Variable], leaf_repl: dict,
+    skip: Container[Variable] = (),
 ) -> dict[Variable, Variable]:
     """Replacements freezing the row-data expressions that do not commute with indexing.
 
-    Each maximal parameter-free subgraph that reads row data (``x - x.mean()``) is
-    evaluated on all rows. If it has no row axis (``X.mean(0)``) it becomes a constant; if
-    it does and rebuilding it on a few row sets gives the full-data values of those rows
-    (``X[:, 0]``, ``log(x)``), it stays symbolic, so ``pm.set_data`` keeps reaching it;
-    otherwise it becomes a constant indexed by ``idx`` along its row axis.
+    Each maximal parameter-free subgraph that reads row data (``x - x.mean()``), or is an
+    N-sized constant (``pt.zeros((N, 1))``; :func:`_data_expressions`), is evaluated on all
+    rows. If it has no row axis (``X.mean(0)``) it becomes a constant; if it does and
+    rebuilding it on a few row sets gives the full-data values of those rows (``X[:, 0]``,
+    ``log(x)``), it stays symbolic, so ``pm.set_data`` keeps reaching it; otherwise it becomes
+    a constant indexed by ``idx`` along its row axis, as a data array is.
     """
-    exprs = _data_expressions(outputs, row_leaves)
+    exprs = _data_expressions(outputs, row_leaves, lik.n_rows, skip)
     on_sources = [e for e in exprs if any(v in lik.gathered for v in ancestors([e]))]
     _check_row_wise_on_sources(lik, name, on_sources, leaf_repl)
     exprs = [e for e in exprs if e not in on_sources]
@@ -393,7 +514,8 @@ def _fold_data_expressions(
     for k, expr in enumerate(exprs):
         full = np.asarray(runs[0][k])
         names = sorted({data_name(v) for v in ancestors([expr]) if v in row_leaves})
-        what = f"expression of the data {names}"
+        what = f"expression of the data {names}" if names else (
+            f"constant expression of shape {full.shape}")
         if full.dtype.kind in "fc" and np.isnan(full).any():
             raise SubsamplingModelError(
                 f"The {what} used by observed variable '{name}' evaluates to NaN on the full "
@@ -451,7 +573,13 @@ def row_logp(block: ObservedBlock):
     stable = stable_bernoulli_logp(block.rv, block.value)
     if stable is not None:
         return stable
-    logp = pm.logp(block.rv, block.value)
+    # PyMC's model-level path (``model.logp`` uses it), not ``pm.logp``: its rewrites of the
+    # measurable graph give, e.g. for a truncated normal with an infinite bound, a graph
+    # whose gradient is finite where pm.logp's is NaN
+    value = block.value.type()
+    logp = graph_replace(
+        conditional_logp({block.rv: value})[value], {value: block.value}, strict=False
+    )
     if any(isinstance(n.op, RandomVariable) for n in toposort([logp])):
         # a mixture's logp reads its components' shapes: without this rewrite every call
         # would also draw the components (PyMC's compile adds their RNG updates), some on

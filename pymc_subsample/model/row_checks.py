@@ -16,8 +16,10 @@ from typing import NoReturn
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pytensor.gradient import grad, jacobian
 from pytensor.graph.basic import Constant, Variable
 from pytensor.graph.traversal import ancestors, toposort
+from pytensor.graph.utils import MethodNotDefined
 from pytensor.ifelse import ifelse
 from pytensor.scan.op import Scan
 from pytensor.tensor.blockwise import Blockwise
@@ -32,6 +34,7 @@ from pymc_subsample.model.rebuild import (
     CHECK_STEP,
     close_values,
     data_name,
+    distribution_name,
     first_line,
     is_data_leaf,
     leaf_value,
@@ -79,6 +82,30 @@ def check_free_variables(model: pm.Model) -> None:
                 "(e.g. pm.CategoricalGibbsMetropolis) and sample the model without "
                 "pymc-subsample."
             )
+
+
+def raise_no_second_derivative(lik, err: MethodNotDefined) -> NoReturn:
+    """Refuse order-2 control variates for terms PyTensor cannot differentiate twice.
+
+    ``err`` is PyTensor's error for an op without a gradient met while differentiating the
+    gradient (the truncated negative binomial's log CDF: ``betainc``, whose gradient is a
+    ``ScalarLoop``). The refusal names the first observed variable whose terms have no
+    Hessian, its distribution and the op.
+    """
+    op = err.args[2] if len(err.args) > 2 else str(err)
+    culprit = lik.blocks[0]
+    for block, term in zip(lik.blocks, lik.block_terms, strict=True):
+        try:
+            jacobian(grad(term.sum(), lik.theta), lik.theta, vectorize=True)
+        except MethodNotDefined:
+            culprit = block
+            break
+    raise SubsamplingModelError(
+        f"Observed variable '{culprit.name}' ({distribution_name(culprit.rv)}): PyTensor has "
+        f"no second derivative of its log density ({op} has no gradient), which the order-2 "
+        "control variates need. Use cv_order=1 (the Laplace frame then differentiates the "
+        "gradient numerically), or sample with NUTS."
+    ) from err
 
 
 def find_data_axis(model: pm.Model) -> int:

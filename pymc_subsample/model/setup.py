@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 from pymc.initial_point import make_initial_point_fn
+from pytensor.graph.utils import MethodNotDefined
 from threadpoolctl import threadpool_limits
 
 from pymc_subsample.errors import SubsamplingModelError
@@ -32,6 +33,7 @@ from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import DataPass, GenericPass, GLMPass, LocationScalePass
 from pymc_subsample.model.predictors import detect_predictor_terms
 from pymc_subsample.model.reference import MODE_TOLERANCE, ReferenceFit, fit_reference
+from pymc_subsample.model.row_checks import raise_no_second_derivative
 from pymc_subsample.proposals.proposal import PROPOSALS, cholesky_factor, make_proposal
 from pymc_subsample.proposals.tuning import ESJDTuner, ScaleAdapter
 
@@ -106,7 +108,10 @@ def default_data_pass(lik: SubsampledLikelihood, cv_order: int | None) -> DataPa
     except SubsamplingModelError:
         # only the order-2 control variates need Σ H_i exact; the Laplace frame and
         # Newton's method do with differences of the gradient, much cheaper to compile
-        return GenericPass(lik, exact_hessian=cv_order == 2)
+        try:
+            return GenericPass(lik, exact_hessian=cv_order == 2)
+        except MethodNotDefined as err:  # an op on the gradient's path has no gradient
+            raise_no_second_derivative(lik, err)
 
 
 #: Private: make :func:`glm_data_pass` read every model with the automatic bound, to compare
