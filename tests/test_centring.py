@@ -154,14 +154,30 @@ def _product_of_three() -> pm.Model:
     return model
 
 
-@pytest.mark.parametrize("build", [_student_t_effects, _scale_is_a_group_vector,
-                                   _product_of_three])
-def test_other_products_are_refused_naming_the_variable(build):
-    """A positive scale is sampled as its log: ``s * z`` is then ``e^λ z``, not quadratic."""
+@pytest.mark.parametrize("build", [_student_t_effects, _product_of_three])
+def test_other_products_are_read_by_the_automatic_bound(build):
+    """Not centred and not quadratic (a positive scale is sampled as its log: ``s * z`` is
+    ``e^λ z``): the automatic bound reads the row term in its predictors, ``λ`` and ``z[g]``
+    (``a``, ``e`` and ``c[g]``), each affine."""
+    from pymc_subsample.model.predictors import PredictorTerm
+
     model = build()
     assert find_non_centred_effects(model) == []
+    with model:
+        step = pms.MHSS(progressbar=False)
+    (term,) = step._reference_pass.terms
+    assert isinstance(term, PredictorTerm)
+    assert term.family.n_predictors == (2 if build is _student_t_effects else 3)
+
+
+def test_a_scale_per_group_is_refused_naming_the_variable():
+    """``s[g] * z[g]`` with ``s`` a log-transformed vector: ``exp(λ)[g]`` indexes after the
+    transform, so no predictor affine in ``θ`` has one value per row."""
+    model = _scale_is_a_group_vector()
+    assert find_non_centred_effects(model) == []
     with model, pytest.raises(SubsamplingModelError,
-                              match=r"'y'.*not affine.*nor quadratic.*s \* z\[g\].*UserBound"):
+                              match=r"'y'.*other than through predictors affine in them.*"
+                                    r"Subtensor.*UserBound"):
         pms.MHSS()
 
 

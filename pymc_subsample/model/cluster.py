@@ -42,7 +42,8 @@ def _run_block(data_pass, args: tuple, names: tuple[str, ...], start: int, stop:
     lock = _BLOCK_LOCKS.setdefault(id(data_pass), threading.Lock())
     try:
         with lock, threadpool_limits(limits=1, user_api="blas"):
-            return data_pass.block(np.arange(start, stop, dtype=np.int64), *args)
+            # θ, like the blocks, arrives as a view into the task's message: align it too
+            return data_pass.block(np.arange(start, stop, dtype=np.int64), *_aligned(args))
     finally:
         _GIVEN_ROWS.reset(token)
 
