@@ -96,7 +96,7 @@ def run(name: str, n: int, draws: int, automatic: bool) -> dict:
     return dict(family=name, bound="automatic" if kind == "PredictorTerm" else "hand-derived",
                 rows=float(stats["n_data"].mean()),
                 fallback=float(stats["full_data_fallback"].mean()), setup_s=setup_s,
-                min_ess=min_ess, to_ess_1000_s=sample_s * 1000.0 / min_ess)
+                min_ess=min_ess, to_ess_1000_s=setup_s + sample_s * 1000.0 / min_ess)
 
 
 def main() -> None:
@@ -112,7 +112,7 @@ def main() -> None:
         cases = [c for c in cases if c[0] in args.families]
     print(f"N = {args.rows:,}, d = {D}, 2 chains x {args.draws} draws after 1000 tuning")
     print("| family | bound | rows/iter | full-data fallback | setup (s) | min bulk ESS "
-          "| time to ESS 1000 (s) |")
+          "| whole time to ESS 1000 (s) |")
     print("|---|---|---|---|---|---|---|")
     for name, automatic in cases:
         r = run(name, args.rows, args.draws, automatic)
