@@ -1,7 +1,7 @@
 r"""Automatic bounds: the suprema of a row's partial derivatives from its own graph.
 
 A row term ``f(p_1, ..., p_K; data_i)`` whose parameters enter through ``K`` predictors affine
-in ``θ`` (``docs/methods/mhss.md``, "Automatic bounds"; ``ALGORITHMS.md`` §7) needs, for the
+in ``θ`` (``docs/methods/mhss.md``, "Automatic bounds") needs, for the
 order-``k`` control variates on the region ``‖φ‖ ≤ r``, per row and per multi-index ``α`` with
 ``|α| = k + 1``,
 

@@ -1,5 +1,5 @@
 r"""Interval evaluation of a PyTensor graph, row by row in NumPy (``docs/methods/mhss.md``,
-"Automatic bounds"; ``ALGORITHMS.md`` §7).
+"Automatic bounds").
 
 Each graph variable is carried as a pair of arrays ``(lo, hi)`` with ``lo ≤ v ≤ hi`` for every
 value ``v`` the variable takes when the graph's inputs range over their given intervals (an

@@ -52,7 +52,7 @@ from pymc_subsample.model.glm import (
     weighted_curvature,
 )
 from pymc_subsample.model.likelihood import SubsampledLikelihood
-from pymc_subsample.model.predictors import PredictorTerm
+from pymc_subsample.model.predictors import PredictorTerm, check_finite_suprema
 
 __all__ = [
     "DataPass",
@@ -523,7 +523,7 @@ class LocationScalePass(GLMPass):
                             else whiten_rows(x))
         norms = tuple(row_norms(x) for x in whitened)
         sup = term.family.all_suprema(order, norms, y, preds, self.region_radius, params)
-        _check_finite(term, sup, y)
+        check_finite_suprema(term, sup, y)
         cos = (row_cosines(whitened[0], whitened[1], norms[0], norms[1]) if len(rows) == 2
                else None)
         plain = combine_predictor_partials(order, sup, norms, cos)
@@ -535,19 +535,6 @@ class LocationScalePass(GLMPass):
         shared_rows = np.array([x[0] for x in whitened[1:]])
         return (weights, round_up_float32(plain / temperature),
                 (shared_rows[0] if len(rows) == 2 else shared_rows) if shared else None)
-
-
-def _check_finite(term, suprema: dict, y: np.ndarray) -> None:
-    """Refuse, naming the variable, a row whose derivative suprema are not finite on its box
-    (an automatic bound whose box reaches a pole or an undecided switch of the row term)."""
-    bad = ~np.isfinite(np.stack([np.broadcast_to(v, np.shape(y)) for v in suprema.values()]))
-    if np.any(bad):
-        row = int(np.argmax(bad.any(axis=0)))
-        raise unsupported(
-            term.name, f"the derivatives of its row term have no finite bound on the region "
-            f"around the reference point on {int(bad.any(axis=0).sum())} row(s) of a block "
-            f"(the first with y = {np.asarray(y).ravel()[row]!r}): the row's predictors can "
-            "reach a pole, the edge of the support or a switch of the row term there")
 
 
 class GenericPass:

@@ -42,7 +42,7 @@ from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.glm import _rows_of_affine, _simplify_log, unsupported
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 
-__all__ = ["PredictorTerm", "detect_predictor_terms"]
+__all__ = ["PredictorTerm", "check_finite_suprema", "detect_predictor_terms"]
 
 
 @dataclass(frozen=True)
@@ -383,3 +383,16 @@ def _row_data(f: Variable, placeholders: set[Variable], reader: _Reader) -> list
 
 def _all_inputs(graph: Variable) -> list[Variable]:
     return list(graph_inputs([graph]))
+
+
+def check_finite_suprema(term, suprema: dict, y: np.ndarray) -> None:
+    """Refuse, naming the variable, a row whose derivative suprema are not finite on its box
+    (an automatic bound whose box reaches a pole or an undecided switch of the row term)."""
+    bad = ~np.isfinite(np.stack([np.broadcast_to(v, np.shape(y)) for v in suprema.values()]))
+    if np.any(bad):
+        row = int(np.argmax(bad.any(axis=0)))
+        raise unsupported(
+            term.name, f"the derivatives of its row term have no finite bound on the region "
+            f"around the reference point on {int(bad.any(axis=0).sum())} row(s) of a block "
+            f"(the first with y = {np.asarray(y).ravel()[row]!r}): the row's predictors can "
+            "reach a pole, the edge of the support or a switch of the row term there")
