@@ -274,3 +274,32 @@ def test_two_predictor_automatic_suprema_hold_and_are_tight(name, order):
         for alpha in sup:
             if alpha != (3, 0):
                 assert np.median(sup[alpha] / hand[alpha]) > 0.5
+
+
+# ------------------------------------------------------------ regularised incomplete gamma
+@pytest.mark.parametrize("upper", [True, False])
+def test_incomplete_gamma_rule_encloses_the_values_in_the_box(upper):
+    """Q(k, x) and P(k, x) over boxes in both arguments: random points inside (SciPy) and the
+    box's corners (30-digit mpmath) lie in the enclosure; narrow boxes give narrow ones."""
+    rng = np.random.default_rng([RNG_SEED, 11, upper])
+    op, ref = (pt.gammaincc, sc.gammaincc) if upper else (pt.gammainc, sc.gammainc)
+    k, x = pt.vector("k", dtype="float64"), pt.vector("x", dtype="float64")
+    k_lo, k_hi = _boxes(rng, 4000, 0.05, 60.0)
+    x_lo, x_hi = _boxes(rng, 4000, 0.0, 80.0)
+    ((lo, hi),) = evaluate_intervals([op(k, x)], {k: (k_lo, k_hi), x: (x_lo, x_hi)})
+    assert np.all((lo >= 0.0) & (hi <= 1.0))
+    _check_enclosure(lo, hi, ref(_inside(rng, k_lo, k_hi), _inside(rng, x_lo, x_hi)))
+    with mpmath.workdps(30):
+        for i in rng.choice(4000, 60, replace=False):
+            for kv in (k_lo[i], k_hi[i]):
+                for xv in (x_lo[i], x_hi[i]):
+                    exact = (mpmath.gammainc(kv, xv, mpmath.inf, regularized=True) if upper
+                             else mpmath.gammainc(kv, 0, xv, regularized=True))
+                    assert mpmath.mpf(float(lo[i])) <= exact <= mpmath.mpf(float(hi[i]))
+    narrow = (k_hi - k_lo < 1e-5) & (x_hi - x_lo < 1e-5) & (lo > 1e-200)
+    assert narrow.sum() > 100
+    assert np.median((hi - lo)[narrow] / hi[narrow]) < 1e-3
+    # outside the domain (k ≤ 0 or x < 0): the whole line
+    ((lo, hi),) = evaluate_intervals([op(k, x)], {k: (np.array([-0.5, 1.0]), np.ones(2)),
+                                                  x: (np.array([1.0, -1.0]), np.ones(2))})
+    assert np.all(np.isneginf(lo) & np.isposinf(hi))

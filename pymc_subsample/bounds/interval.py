@@ -11,7 +11,8 @@ enclosures to its output's by a rule:
   map the endpoints;
 - ``x·y`` takes the least and largest of the four endpoint products, ``1/x`` is the whole line
   when ``0 ∈ x``, ``x^c`` with a constant ``c`` and ``|x|``, ``gammaln`` split at their turning
-  points;
+  points; the regularised incomplete gamma functions ``Q(k, x)``, ``P(k, x)`` are monotone in
+  each argument and take the box's corners;
 - comparisons give a boolean enclosure (``lo``: certainly true, ``hi``: possibly true), and
   ``switch`` takes its branch where the condition is decided, the union where it is not;
 - structural ops (``DimShuffle``, ``Alloc``, ``Subtensor``, ``Reshape``, ...) are applied to
@@ -64,6 +65,11 @@ _REL_ARITH = 2.0 * _EPS
 _REL_ELEMENTARY = 8.0 * _EPS
 _REL_SPECIAL = 1e-13
 _ABS_SPECIAL = 1e-15
+#: SciPy's regularised incomplete gamma functions (Cephes' igam/igamc): within 2e-13 relative
+#: of 30-digit mpmath values on k in (0, 200], x in [0, 500] wherever the value is above 1e-280
+#: (tests/test_automatic_bounds.py); widened by 500 times that
+_REL_INCOMPLETE_GAMMA = 1e-10
+_TINY_INCOMPLETE_GAMMA = 1e-280
 #: the minimum of log Γ on (0, ∞): x* and a value below log Γ(x*)
 _GAMMALN_ARGMIN = 1.4616321449683623
 _GAMMALN_MIN = -0.12148629053584961
@@ -90,8 +96,9 @@ def _outward(lo, hi, rel: float, absolute: float = 0.0) -> Interval:
     lo = np.asarray(lo, dtype=np.float64)
     hi = np.asarray(hi, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        lo = np.nextafter(lo - rel * np.abs(lo) - absolute, -np.inf)
-        hi = np.nextafter(hi + rel * np.abs(hi) + absolute, np.inf)
+        # an infinite end stays as it is (−∞ + rel·∞ would be NaN: the whole line)
+        lo = np.nextafter(np.where(np.isinf(lo), lo, lo - rel * np.abs(lo) - absolute), -np.inf)
+        hi = np.nextafter(np.where(np.isinf(hi), hi, hi + rel * np.abs(hi) + absolute), np.inf)
     bad = np.isnan(lo) | np.isnan(hi)
     if np.any(bad):
         lo = np.where(bad, -np.inf, lo)
@@ -219,6 +226,32 @@ def _polygamma(n: Interval, x: Interval) -> Interval:
     rule = _monotone(lambda v: sc.polygamma(order, v), increasing=order % 2 == 0,
                      rel=_REL_SPECIAL, absolute=_ABS_SPECIAL, domain=0.0, closed=False)
     return rule(x)
+
+
+def _incomplete_gamma(upper: bool) -> Callable:
+    r"""The regularised incomplete gamma functions ``Q(k, x) = Γ(k, x)/Γ(k)`` (``upper``) and
+    ``P = 1 − Q`` on ``k > 0``, ``x ≥ 0``: ``Q`` is the survival function of a Gamma(k, 1)
+    variable at ``x``, so it decreases in ``x`` and increases in ``k`` (the Gamma family is
+    stochastically increasing in its shape); ``P`` the reverse. The enclosure takes the two
+    opposite corners of the box, widened by :data:`_REL_INCOMPLETE_GAMMA` relative, then cut
+    to ``[0, 1]``; a lower end below :data:`_TINY_INCOMPLETE_GAMMA`, where SciPy's relative
+    accuracy is not assured (subnormal results), is 0. Outside the domain: the whole line."""
+    fn = sc.gammaincc if upper else sc.gammainc
+
+    def rule(k: Interval, x: Interval) -> Interval:
+        (k_lo, k_hi), (x_lo, x_hi) = k, x
+        with np.errstate(all="ignore"):
+            if upper:
+                lo, hi = fn(k_lo, x_hi), fn(k_hi, x_lo)
+            else:
+                lo, hi = fn(k_hi, x_lo), fn(k_lo, x_hi)
+        lo, hi = _outward(lo, hi, _REL_INCOMPLETE_GAMMA)
+        lo = np.where(lo < _TINY_INCOMPLETE_GAMMA, 0.0, np.minimum(lo, 1.0))
+        hi = np.clip(hi, 0.0, 1.0)
+        bad = (k_lo <= 0.0) | (x_lo < 0.0) | np.isnan(lo) | np.isnan(hi)
+        return np.where(bad, -np.inf, lo), np.where(bad, np.inf, hi)
+
+    return rule
 
 
 def _maximum(x: Interval, y: Interval) -> Interval:
@@ -361,6 +394,8 @@ _RULES: dict[type, Callable] = {
     psm.TriGamma: _monotone(lambda v: sc.polygamma(1, v), False, _REL_SPECIAL, _ABS_SPECIAL,
                             domain=0.0, closed=False),
     psm.PolyGamma: _polygamma,
+    psm.GammaIncC: _incomplete_gamma(upper=True),
+    psm.GammaInc: _incomplete_gamma(upper=False),
     ps.Maximum: _maximum,
     ps.Minimum: _minimum,
     ps.Switch: _switch,

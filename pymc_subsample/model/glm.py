@@ -212,10 +212,10 @@ def _split_log_node(fgraph, node):
     return [pt.cast(pt.broadcast_to(out, node.outputs[0].shape), node.outputs[0].dtype)]
 
 
-def _simplify_log(graph: Variable) -> Variable:
+def _simplify_log(graph: Variable, exclude: tuple[str, ...] = ()) -> Variable:
     graph = rewrite_graph(graph, include=(),
                           custom_rewrite=in2out(_split_log_node, ignore_newtrees=False))
-    return rewrite_graph(graph, include=("canonicalize", "stabilize"))
+    return rewrite_graph(graph, include=("canonicalize", "stabilize"), exclude=exclude)
 
 
 def family_terms(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable, Variable]:

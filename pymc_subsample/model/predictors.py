@@ -39,6 +39,7 @@ from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Sub
 from pymc_subsample.bounds.automatic import AutomaticFamily, NonSmoothRow
 from pymc_subsample.bounds.interval import NoIntervalRule
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.columns import NotExpandable, expand_class_axis
 from pymc_subsample.model.glm import _rows_of_affine, _simplify_log, unsupported
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 
@@ -121,7 +122,9 @@ def _simplify(f: Variable) -> Variable:
     """``f`` with logs of products, powers and exponentials split (as the hand-derived
     families' predictors are read) and powers and quotients of ``exp`` folded."""
     f = rewrite_graph(f, include=(), custom_rewrite=in2out(_exp_forms, ignore_newtrees=False))
-    return _simplify_log(f)
+    # log(e^a + e^b) stays as written: its stabilised form max(a, b) + log1p(e^{−|a − b|})
+    # is smooth, but through a kink of each piece (a mixture's or zero-inflated family's row)
+    return _simplify_log(f, exclude=("local_log_add_exp", "local_log_sum_exp"))
 
 
 #: elementwise ops through which a predictor stays affine when every input is
@@ -303,11 +306,16 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
         name = block.name
         graph = rewrite_graph(pt.cast(graph, "float64"), include=("canonicalize",),
                               custom_rewrite=in2out(_drop_check))
+        try:  # a small class axis (mixture weights, logits, cutpoints) as columns
+            graph = expand_class_axis(graph, lik.theta, n_rows)
+        except NotExpandable as err:
+            raise unsupported(name, _NOT_PREDICTORS.format(what=str(err))) from None
         reader = _Reader(lik.theta, rows)
         found = _maximal(graph, lambda v, r=reader: r.depends(v) and r.affine(v),
                          lambda v, r=reader: r.depends(v))
         if not found:
             raise unsupported(name, "its row term does not depend on the sampled parameters")
+        found = _unscaled(found, reader)
         for var in found:
             if var.type.ndim > 1:
                 raise unsupported(name, _NOT_PREDICTORS.format(
@@ -365,6 +373,23 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
         terms.append(PredictorTerm(name, family, predictors, predictor_rows, block.value,
                                    tuple(leaves)))
     return terms
+
+
+def _unscaled(found: list[Variable], reader: _Reader) -> list[Variable]:
+    """``found`` with a product ``y·q`` of row data and another predictor ``q`` read as
+    ``q`` (``y`` stays in the row term): a Poisson's ``y·log μ = y·η`` beside its ``e^η``
+    is one predictor ``η``, not two."""
+    cores = {_core(v) for v in found}
+    out: list[Variable] = []
+    for var in found:
+        scalar = _scalar_of(var)
+        if isinstance(scalar, ps.Mul):
+            moving = [v for v in var.owner.inputs if reader.depends(v)]
+            if len(moving) == 1 and _core(moving[0]) in cores and _core(moving[0]) is not var:
+                var = moving[0]
+        if var not in out:
+            out.append(var)
+    return out
 
 
 def _row_data(f: Variable, placeholders: set[Variable], reader: _Reader) -> list[Variable]:
