@@ -303,3 +303,62 @@ def test_incomplete_gamma_rule_encloses_the_values_in_the_box(upper):
     ((lo, hi),) = evaluate_intervals([op(k, x)], {k: (np.array([-0.5, 1.0]), np.ones(2)),
                                                   x: (np.array([1.0, -1.0]), np.ones(2))})
     assert np.all(np.isneginf(lo) & np.isposinf(hi))
+
+
+# ------------------------------------------------------------ row terms with a class axis
+def _class_axis_term(name):
+    from pymc_subsample.model.likelihood import SubsampledLikelihood
+    from pymc_subsample.model.predictors import detect_predictor_terms
+    from tests import row_models
+
+    model = row_models.MODELS[name](300, seed=4)
+    lik = SubsampledLikelihood(model, compile_kwargs={"mode": "FAST_COMPILE"})
+    (term,) = detect_predictor_terms(lik, order=1)  # the derivatives checked below
+    return lik, term
+
+
+#: family: (predictors, how many of them one value per row) once the class axis is columns
+CLASS_AXIS = {
+    "zero_inflated_poisson": (2, 1),  # η, logit ψ (the y·η beside e^η is not another one)
+}
+
+
+@pytest.mark.parametrize("name", list(CLASS_AXIS))
+def test_class_axis_row_term_is_the_model_s_and_its_suprema_hold(name):
+    """A row term through a small class axis (a zero-inflated family's weights) read as
+    columns: ``f(predictors; data)`` equals the model's row log density at random θ, and
+    its automatic suprema over random boxes hold at random points inside (PyTensor's compiled
+    derivatives, not the interval evaluator)."""
+    lik, term = _class_axis_term(name)
+    n_predictors, per_row = CLASS_AXIS[name]
+    fam = term.family
+    assert fam.n_predictors == n_predictors
+    rng = np.random.default_rng([RNG_SEED, 13, len(name)])
+    idx = np.arange(lik.n_rows, dtype=np.int64)
+    values = pytensor.function([lik.theta, lik.idx],
+                               [*term.predictors, *term.params, lik.block_terms[0]],
+                               mode="FAST_COMPILE", on_unused_input="ignore")
+    preds = [pt.vector(f"q{j}", dtype="float64") for j in range(n_predictors)]
+    data = [d.type() for d in fam._data]
+    f = pytensor.function([*preds, *data], fam.row_logp(preds, None, data),
+                          mode="FAST_COMPILE", on_unused_input="ignore")
+    alphas, graphs = fam.derivatives(1)
+    point_fn = pytensor.function([*fam._predictors, *fam._data], graphs, mode="FAST_COMPILE",
+                                 on_unused_input="ignore")
+    for _ in range(3):
+        theta = 0.3 * rng.normal(size=lik.theta.type.shape[0])
+        *out, exact = values(theta, idx)
+        hats, params = out[:n_predictors], out[n_predictors:]
+        hats = [np.broadcast_to(h, (lik.n_rows,)).astype(float) for h in hats]
+        np.testing.assert_allclose(f(*hats, *params), exact, rtol=1e-12, atol=1e-12)
+        norms = [10.0 ** rng.uniform(-3.0, -1.5, lik.n_rows) if j < per_row
+                 else np.full(lik.n_rows, 10.0 ** rng.uniform(-3.0, -1.5))
+                 for j in range(n_predictors)]
+        sup = fam.all_suprema(1, tuple(norms), None, tuple(hats), 5.0, tuple(params))
+        assert all(np.all(np.isfinite(s)) for s in sup.values())
+        for _ in range(4):
+            points = [h + 5.0 * s * rng.uniform(-1, 1, lik.n_rows)
+                      for h, s in zip(hats, norms, strict=True)]
+            at = dict(zip(alphas, point_fn(*points, *params), strict=False))
+            for alpha, s_alpha in sup.items():
+                assert np.all(np.abs(at[alpha]) <= s_alpha), alpha

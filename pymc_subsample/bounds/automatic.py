@@ -66,6 +66,8 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
     ("exponential", "Exponential with lam=exp(-η)"),
     ("weibull", "Weibull with beta=exp(η) and a sampled alpha"),
     ("beta", "Beta with alpha=p * phi, beta=(1 - p) * phi, p=invlogit(η), phi sampled"),
+    ("zero_inflated_poisson", "ZeroInflatedPoisson with mu=exp(η) and a sampled psi"),
+    ("hurdle_poisson", "HurdlePoisson with mu=exp(η) and a sampled psi"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
