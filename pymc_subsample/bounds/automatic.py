@@ -67,7 +67,6 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
     ("weibull", "Weibull with beta=exp(η) and a sampled alpha"),
     ("beta", "Beta with alpha=p * phi, beta=(1 - p) * phi, p=invlogit(η), phi sampled"),
     ("zero_inflated_poisson", "ZeroInflatedPoisson with mu=exp(η) and a sampled psi"),
-    ("hurdle_poisson", "HurdlePoisson with mu=exp(η) and a sampled psi"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
