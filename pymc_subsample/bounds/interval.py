@@ -156,7 +156,7 @@ def _mul(x: Interval, y: Interval) -> Interval:
 def _reciprocal(x: Interval) -> Interval:
     lo, hi = x
     zero_in = (lo <= 0.0) & (hi >= 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a, b = 1.0 / hi, 1.0 / lo
     a = np.where(zero_in, -np.inf, a)
     b = np.where(zero_in, np.inf, b)

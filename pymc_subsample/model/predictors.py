@@ -306,8 +306,9 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
         name = block.name
         graph = rewrite_graph(pt.cast(graph, "float64"), include=("canonicalize",),
                               custom_rewrite=in2out(_drop_check))
-        try:  # a small class axis (mixture weights, logits, cutpoints) as columns
-            graph = expand_class_axis(graph, lik.theta, n_rows)
+        try:  # a small class axis (a mixture's weights) as columns, one observation per row
+            if block.value.type.ndim <= 1:
+                graph = expand_class_axis(graph, lik.theta, n_rows)
         except NotExpandable as err:
             raise unsupported(name, _NOT_PREDICTORS.format(what=str(err))) from None
         reader = _Reader(lik.theta, rows)
