@@ -25,7 +25,7 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
-from pytensor.graph.traversal import ancestors
+from pytensor.graph.traversal import ancestors, applys_between
 from pytensor.scalar.basic import Exp, Log, Mul, Pow, Reciprocal, Second, TrueDiv
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import Elemwise
@@ -41,6 +41,7 @@ from pymc_subsample.bounds import (
     scalar_op,
 )
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.levels import LevelLayout, find_level_factor, reads_levels
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.rebuild import distribution_name
 
@@ -90,6 +91,20 @@ class GLMTerm:
     params: tuple[Variable, ...]
     rows: Variable
     curvature: Variable | None = None
+    #: the rows split by one grouping factor's levels (:func:`_split_rows`), or None
+    split: LevelSplit | None = None
+
+
+@dataclass(frozen=True)
+class LevelSplit:
+    """An affine predictor ``η_i = x_{F,i}ᵀθ_F + t_i u_{k_i} + o_i`` as graphs on the rows
+    ``idx``: ``fixed_rows`` ``(n, d_F)``, ``level`` (``k_i``) and ``value`` (``t_i``), with the
+    layout of the levels in ``θ`` (:mod:`pymc_subsample.model.levels`)."""
+
+    layout: LevelLayout
+    fixed_rows: Variable
+    level: Variable
+    value: Variable
 
 
 
@@ -178,8 +193,44 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             if fam.link_hint is None:
                 raise
             raise unsupported(block.name, fam.link_hint) from None
-        terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows, curvature))
+        split = _split_rows(eta_theta, lik.theta) if curvature is None else None
+        terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows, curvature,
+                             split))
     return terms
+
+
+def _split_rows(eta: Variable, theta: Variable) -> LevelSplit | None:
+    """The affine ``eta``'s rows split by one grouping factor (:class:`LevelSplit`), or None
+    when it has none (:func:`~pymc_subsample.model.levels.find_level_factor`).
+
+    ``u[g]`` is replaced by a free vector ``v``; ``η`` must then read no level coordinate, and
+    depend on ``v`` row by row (elementwise ops only), so ``t_i = ∂η_i/∂v_i`` (free of ``θ``
+    and ``v``: ``η`` is affine) and ``x_F`` the derivatives along the fixed coordinates.
+    """
+    factor = find_level_factor(eta, theta)
+    if factor is None:
+        return None
+    layout, selected, level = factor
+    v = selected.type("level_effect")
+    (eta_v,) = graph_replace([eta], {selected: v}, strict=False)
+    if reads_levels(eta_v, theta, layout) or not all(
+            isinstance(node.op, Elemwise) for node in applys_between([v], [eta_v])
+            if v in ancestors(node.inputs)):
+        return None
+    value = Rop(eta_v, v, pt.ones_like(v), use_op_rop_implementation=False)
+    direction = theta.type("direction")
+    along = Rop(eta_v, theta, direction, use_op_rop_implementation=False)
+    basis = pt.constant(np.eye(layout.dim)[layout.fixed])
+    fixed_rows = rewrite_graph(vectorize_graph(along, {direction: basis}).T,
+                               include=("canonicalize",),
+                               custom_rewrite=in2out(_product_with_selection))
+    if any({theta, v} & _value_ancestors(g) for g in (value, fixed_rows)):
+        return None
+    # v may remain for its shape only: the selection's shape it is
+    value, fixed_rows = graph_replace([value, fixed_rows], {v: selected}, strict=False)
+    n_rows = eta.shape[0]
+    return LevelSplit(layout, pt.cast(fixed_rows, "float64"), level,
+                      pt.cast(pt.broadcast_to(value, (n_rows,)), "float64"))
 
 
 @node_rewriter([Elemwise])
