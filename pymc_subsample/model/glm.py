@@ -76,9 +76,9 @@ class GLMTerm:
         Observed values on the rows ``idx``.
     params : tuple of Variable
         The family's fixed parameters (:attr:`Family.params`) on the rows ``idx``, broadcast.
-    rows : Variable
+    rows : Variable or None
         ``∂η_i/∂θ`` as an ``(n, d)`` graph, free of ``θ`` when ``η`` is affine
-        (:func:`_rows_of_affine`).
+        (:func:`_rows_of_affine`); None when the rows are split by levels (:attr:`split`).
     curvature : Variable or None
         ``∂²η_i/∂θ²`` as an ``(n, d, d)`` graph free of ``θ`` when ``η`` is quadratic in ``θ``
         (a product of two parameters); None when it is affine.
@@ -89,7 +89,7 @@ class GLMTerm:
     eta: Variable
     y: Variable
     params: tuple[Variable, ...]
-    rows: Variable
+    rows: Variable | None
     curvature: Variable | None = None
     #: the rows split by one grouping factor's levels (:func:`_split_rows`), or None
     split: LevelSplit | None = None
@@ -187,15 +187,20 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             "its {param} depends on the sampled parameters (MHSS bounds {family})",
         )
         (eta_theta,) = lik.in_theta([_simplify_log(pt.broadcast_to(eta, (n_rows,)))])
+        # one variable on many levels: its split rows are checked affine themselves, and the
+        # dense rows' basis (a d × d identity, 800 MB at 10⁴ levels) is never built
+        split = _split_rows(eta_theta, lik.theta) if len(lik.blocks) == 1 else None
+        if split is not None:
+            terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, None,
+                                 split=split))
+            continue
         try:
             rows, curvature = _predictor_derivatives(block.name, eta_theta, lik.theta)
         except SubsamplingModelError:
             if fam.link_hint is None:
                 raise
             raise unsupported(block.name, fam.link_hint) from None
-        split = _split_rows(eta_theta, lik.theta) if curvature is None else None
-        terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows, curvature,
-                             split))
+        terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows, curvature))
     return terms
 
 
