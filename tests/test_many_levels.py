@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pymc_subsample as pms
-from pymc_subsample.bounds import level_rows, split_level_rows
+from pymc_subsample.bounds import LevelBound, level_rows, split_level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.model import levels as levels_module
 from pymc_subsample.model.frame import LaplaceFrame, LevelFrame, NotPositiveDefiniteError
@@ -20,6 +20,8 @@ from pymc_subsample.model.levels import LevelHessian, LevelLayout, SplitRows
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
 from pymc_subsample.model.reference import _level_prior_hessian, _prior_terms
+from tests.family_checks import check_posterior
+from tests.make_glm_references import MANY_GROUPS
 
 GROUPS, ROWS, DIM = 80, 12_000, 3
 
@@ -137,3 +139,18 @@ def test_many_levels_build_structured_at_a_mode(many_levels):
     assert isinstance(ref.hess_sum, LevelHessian)
     assert ref.newton_distance <= 0.25
     assert ref.full_data_passes <= 10
+
+
+@pytest.mark.slow
+def test_many_levels_match_nuts():
+    """64 levels (the rows split, the arrow frame, the split level bound) against the stored
+    NUTS reference on 12,000 rows, every coordinate (``b``, ``u``, ``s``)."""
+    with random_effects_model(*random_effects_data(12_000, 3, MANY_GROUPS, seed=5),
+                              groups=MANY_GROUPS) as model:
+        step = pms.MHSS()
+    assert isinstance(step.frame, LevelFrame)
+    assert isinstance(step.rate_bound, LevelBound)
+    # pCN mixes at about 0.025 ESS an iteration here (the slowest group effect): 2 × 10,000
+    # draws give every coordinate an ESS above 500
+    check_posterior(model, step, "random_effects_many", others=("u", "s"), max_rows=10,
+                    case=(12_000, 3, 5), draws=10_000)

@@ -29,8 +29,8 @@ from pymc_subsample.model.glm import (
     location_scale_terms,
     upper_pairs,
 )
-from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.levels import quadratic_form
+from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GenericPass
 
 __all__ = [
