@@ -209,6 +209,8 @@ class GLMPass:
         splits rows by level."""
         if self.levels is not None:
             fixed, level, value, f1, f2, y, eta, *params = outputs
+            # u[g] with a negative g counts from the end, as NumPy's (and PyTensor's) indexing
+            level = np.where(level < 0, level + self.levels.n_levels, level)
             x = SplitRows(np.asarray(fixed).reshape(n, -1), level, value, self.levels)
             return x, f1, f2, y, eta, tuple(params), None
         x, f1, f2, y, eta, *params = outputs
