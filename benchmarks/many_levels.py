@@ -4,14 +4,15 @@ A centred logistic random-intercept model (:func:`pymc_subsample.datasets.random
 ``η = Xb + u[g]``, ``u ~ N(0, s²)``, ``d`` fixed effects with the intercept) on ``N`` generated
 rows with ``G`` levels. For each ``(N, G)`` it prints the setup seconds, the passes over all
 rows, the peak resident memory of the process up to the end of the construction (data and
-imports included: ``getrusage``'s ``ru_maxrss``; ``tracemalloc`` slowed PyTensor's compilation
-severalfold), the rows read per iteration and, with ``--draws``, the minimum bulk ESS per iteration over every
-coordinate (``s`` included) and the sampling seconds of one chain. ``--nuts`` adds NumPyro's
-NUTS on the same model (one chain, ``--nuts-draws`` draws after as many tuning steps) and the
-whole wall time each takes to a minimum bulk ESS of 1000, extrapolated linearly from its run.
+imports included: ``getrusage``'s ``ru_maxrss``; ``tracemalloc`` slowed PyTensor's
+compilation severalfold), the rows read per iteration and, with ``--draws``, the minimum bulk
+ESS per iteration over every coordinate (``s`` included) and the sampling seconds of one
+chain. ``--nuts`` adds NumPyro's NUTS on the same model (one chain, ``--nuts-draws`` draws
+after as many tuning steps) and the whole wall time each takes to a minimum bulk ESS of 1000,
+extrapolated linearly from its run.
 
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000
-    python benchmarks/many_levels.py --case 1e6:10000 --draws 0
+    python benchmarks/many_levels.py --case 1e6:10000 --draws 2000
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000 --nuts
 """
 
