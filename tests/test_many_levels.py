@@ -154,3 +154,19 @@ def test_many_levels_match_nuts():
     # draws give every coordinate an ESS above 500
     check_posterior(model, step, "random_effects_many", others=("u", "s"), max_rows=10,
                     case=(12_000, 3, 5), draws=10_000)
+
+
+def test_many_levels_take_a_map_point_and_a_proposal_cov(many_levels):
+    """The structured frame behind the other entries: a ``map_point`` at the mode is checked
+    in a pass or two, and a random walk's ``proposal_cov`` is whitened through the dense ``R``
+    (``V`` itself becomes the identity)."""
+    model, lik, _ = many_levels
+    with model:
+        first = pms.MHSS()
+        point = lik.unravel(first.setup.reference.mode)
+        again = pms.MHSS(map_point=point)
+        walk = pms.MHSS(proposal="random_walk", proposal_cov=first.frame.cov)
+    assert again.setup.reference.full_data_passes <= 2
+    np.testing.assert_allclose(again.frame.theta_hat, first.setup.reference.mode, atol=1e-6)
+    chol = walk.setup.proposal.chol
+    np.testing.assert_allclose(chol @ chol.T, np.eye(lik.dim), atol=1e-8)
