@@ -129,13 +129,17 @@ def test_level_frame_refuses_what_is_not_positive_definite():
         LevelFrame(np.zeros(13), precision.shifted(-10.0))
 
 
-def test_many_levels_build_structured_at_a_mode(many_levels):
-    """MHSS on 80 levels (150 rows each): the arrow frame, a handful of passes, a mode."""
-    model, lik, _ = many_levels
+@pytest.fixture(scope="module")
+def built(many_levels):
+    model = many_levels[0]
     with model:
-        step = pms.MHSS()
-    ref = step.setup.reference
-    assert isinstance(step.frame, LevelFrame)
+        return pms.MHSS()
+
+
+def test_many_levels_build_structured_at_a_mode(built):
+    """MHSS on 80 levels (150 rows each): the arrow frame, a handful of passes, a mode."""
+    ref = built.setup.reference
+    assert isinstance(built.frame, LevelFrame)
     assert isinstance(ref.hess_sum, LevelHessian)
     assert ref.newton_distance <= 0.25
     assert ref.full_data_passes <= 10
@@ -156,17 +160,16 @@ def test_many_levels_match_nuts():
                     case=(12_000, 3, 5), draws=10_000)
 
 
-def test_many_levels_take_a_map_point_and_a_proposal_cov(many_levels):
+def test_many_levels_take_a_map_point_and_a_proposal_cov(many_levels, built):
     """The structured frame behind the other entries: a ``map_point`` at the mode is checked
     in a pass or two, and a random walk's ``proposal_cov`` is whitened through the dense ``R``
     (``V`` itself becomes the identity)."""
     model, lik, _ = many_levels
+    mode = built.setup.reference.mode
     with model:
-        first = pms.MHSS()
-        point = lik.unravel(first.setup.reference.mode)
-        again = pms.MHSS(map_point=point)
-        walk = pms.MHSS(proposal="random_walk", proposal_cov=first.frame.cov)
+        again = pms.MHSS(map_point=lik.unravel(mode))
+        walk = pms.MHSS(proposal="random_walk", proposal_cov=built.frame.cov)
     assert again.setup.reference.full_data_passes <= 2
-    np.testing.assert_allclose(again.frame.theta_hat, first.setup.reference.mode, atol=1e-6)
+    np.testing.assert_allclose(again.frame.theta_hat, mode, atol=1e-6)
     chol = walk.setup.proposal.chol
     np.testing.assert_allclose(chol @ chol.T, np.eye(lik.dim), atol=1e-8)
