@@ -14,6 +14,11 @@ extrapolated linearly from its run.
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000
     python benchmarks/many_levels.py --case 1e6:10000 --draws 2000
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000 --nuts
+    python benchmarks/many_levels.py --case 1e5:200:50 --draws 5000   # crossed 200 × 50
+
+``N:G:G2`` adds a second, crossed random intercept with ``G2`` levels (``v ~ N(0, s₂²)``; the
+data drawn as :func:`~pymc_subsample.datasets.random_effects_data`'s, each row's two levels
+uniform, both factors' effects ``N(0, 0.5²)``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,31 @@ import time
 import warnings
 
 import arviz as az
+import numpy as np
 import pymc as pm
 
 import pymc_subsample as pms
 from pymc_subsample.datasets import random_effects_data, random_effects_model
+
+
+def crossed_model(n: int, dim: int, groups: int, groups2: int, seed: int) -> pm.Model:
+    """Random intercepts on two crossed factors (module docstring)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, dim))
+    X[:, 0] = 1.0
+    group, group2 = rng.integers(0, groups, n), rng.integers(0, groups2, n)
+    eta = (X @ (rng.normal(size=dim) / np.sqrt(dim)) + 0.5 * rng.normal(size=groups)[group]
+           + 0.5 * rng.normal(size=groups2)[group2])
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 10.0, shape=dim)
+        s = pm.HalfNormal("s", 1.0)
+        s2 = pm.HalfNormal("s2", 1.0)
+        u = pm.Normal("u", 0.0, s, shape=groups)
+        v = pm.Normal("v", 0.0, s2, shape=groups2)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + u[pm.Data("g", group)]
+                     + v[pm.Data("g2", group2)], observed=y)
+    return model
 
 logging.getLogger("pymc").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore")
@@ -109,15 +135,19 @@ def main(argv=None):
     print("|---" * 11 + "|")
     rows = []
     for case in args.case or ["1e5:1000"]:
-        n, g = (int(float(v)) for v in case.split(":"))
-        model = random_effects_model(*random_effects_data(n, args.dim, g, seed=args.seed),
-                                     groups=g)
+        n, g, *g2 = (int(float(v)) for v in case.split(":"))
+        if g2:
+            model = crossed_model(n, args.dim, g, g2[0], args.seed)
+        else:
+            model = random_effects_model(*random_effects_data(n, args.dim, g, seed=args.seed),
+                                         groups=g)
         r = run_mhss(model, args.draws, args.tune, args.seed, args.proposal)
         rows.append((n, g, r, model))
         sampled = (f"{r['rows_per_iter']:.1f} | {r['accept']:.2f} | {r['all_rows']:.1%} | "
                    f"{r['min_ess_per_iter']:.5f} ({r['slowest']}) | {r['sample_s']:.0f} | "
                    f"{r['to_ess_1000_s']:.0f}" if args.draws else "– | – | – | – | – | –")
-        print(f"| {n:,} | {g:,} | {r['setup_s']:.1f} | {r['passes']} | {r['peak_gb']:.2f} | "
+        levels = f"{g:,} × {g2[0]:,}" if g2 else f"{g:,}"
+        print(f"| {n:,} | {levels} | {r['setup_s']:.1f} | {r['passes']} | {r['peak_gb']:.2f} | "
               f"{sampled} |", flush=True)
     if args.nuts:
         print("\nNumPyro NUTS, one chain:\n")

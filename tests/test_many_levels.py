@@ -9,6 +9,7 @@ replace; a model with many levels builds with them, its reference point a mode.
 from __future__ import annotations
 
 import numpy as np
+import pymc as pm
 import pytest
 
 import pymc_subsample as pms
@@ -173,3 +174,31 @@ def test_many_levels_take_a_map_point_and_a_proposal_cov(many_levels, built):
     np.testing.assert_allclose(again.frame.theta_hat, mode, atol=1e-6)
     chol = walk.setup.proposal.chol
     np.testing.assert_allclose(chol @ chol.T, np.eye(lik.dim), atol=1e-8)
+
+
+def test_crossed_factors_split_the_larger(monkeypatch):
+    """Crossed random intercepts (100 × 70 levels): the larger factor is split, the smaller
+    joins the fixed block, and the pass still equals the dense one."""
+    rng = np.random.default_rng(7)
+    n = 3000
+    X = np.column_stack([np.ones(n), rng.normal(size=n)])
+    g1, g2 = rng.integers(0, 100, n), rng.integers(0, 70, n)
+    y = rng.binomial(1, 0.4, n)
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 5.0, shape=2)
+        s = pm.HalfNormal("s", 1.0, shape=2)
+        u = pm.Normal("u", 0.0, s[0], shape=100)
+        v = pm.Normal("v", 0.0, s[1], shape=70)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + u[pm.Data("g1", g1)]
+                     + v[pm.Data("g2", g2)], observed=y)
+        lik = SubsampledLikelihood(pm.modelcontext(None))
+    theta = rng.normal(scale=0.3, size=lik.dim)
+    split = GLMPass(lik)
+    names = [v.name for v in lik.value_vars]
+    start = sum(lik.unravel(np.zeros(lik.dim))[nm].size for nm in names[: names.index("u")])
+    assert split.levels == LevelLayout(start, start + 100, lik.dim)
+    res = split.full(theta)
+    monkeypatch.setattr(levels_module, "MIN_SPLIT_LEVELS", 10**9)
+    ref = GLMPass(lik).full(theta)
+    np.testing.assert_allclose(res.grad, ref.grad, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(res.hess.dense(), ref.hess, rtol=1e-10, atol=1e-10)

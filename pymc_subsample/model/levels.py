@@ -235,11 +235,12 @@ def _theta_slice(var: Variable, theta: Variable) -> tuple[int, int] | None:
 
 def find_level_factor(eta: Variable, theta: Variable
                       ) -> tuple[LevelLayout, Variable, Variable] | None:
-    """One grouping factor in the predictor ``eta``: ``(layout, u[g], g)`` when ``eta`` reads
-    a vector slice ``u = θ[a:b]`` of at least :data:`MIN_SPLIT_LEVELS` coordinates only as
-    ``u[g]`` (one such selection, ``g`` an integer vector free of ``θ``), and ``θ`` otherwise
-    only through slices disjoint from it. None for anything else (no levels, several
-    factors, a level block read some other way): the dense rows then serve.
+    """One grouping factor in the predictor ``eta``: ``(layout, u[g], g)`` for a selection
+    ``u[g]`` of a vector slice ``u = θ[a:b]`` of at least :data:`MIN_SPLIT_LEVELS`
+    coordinates (``g`` an integer vector free of ``θ``); of several (crossed factors), the one
+    with the most levels. None when there is none. The caller checks that ``eta`` reads ``u``
+    nowhere else (:func:`reads_levels`): a slice selected twice, or read some other way, keeps
+    the dense rows.
     """
     dim = theta.type.shape[0]
     found = []
@@ -251,9 +252,11 @@ def find_level_factor(eta: Variable, theta: Variable
                     and index.ndim == 1 and index.dtype.startswith(("int", "uint"))
                     and theta not in ancestors([index]) and node.outputs[0].ndim == 1):
                 found.append((span, node.outputs[0], index))
-    if len(found) != 1:
+    if not found:
         return None
-    (start, stop), selected, index = found[0]
+    # crossed factors: the one with the most levels is split, the others' coordinates join
+    # the fixed block (the level block stays diagonal: a row touches one level of a factor)
+    (start, stop), selected, index = max(found, key=lambda f: f[0][1] - f[0][0])
     return LevelLayout(start, stop, dim), selected, pt.cast(index, "int64")
 
 
