@@ -324,7 +324,7 @@ def test_find_map_fallback_refuses_lazy_data_naming_them(files, monkeypatch):
     import pymc_subsample.model.reference as reference
     from pymc_subsample.model.frame import NotPositiveDefiniteError
 
-    real = reference.LaplaceFrame
+    real = reference.laplace_frame
 
     def stalled_at_the_passes(*args, **kwargs):
         # the full-data passes' Hessian is not negative definite (Newton's own damped
@@ -333,7 +333,7 @@ def test_find_map_fallback_refuses_lazy_data_naming_them(files, monkeypatch):
             raise NotPositiveDefiniteError("forced")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reference, "LaplaceFrame", stalled_at_the_passes)
+    monkeypatch.setattr(reference, "laplace_frame", stalled_at_the_passes)
     X, y = _arrays("zarr", files)
     with glm_model(X, y, "logistic", tall=True), pytest.raises(
         SubsamplingModelError, match=r"pm.find_MAP on all rows, cannot read .*'X', 'y_data'"

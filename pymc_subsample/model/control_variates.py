@@ -29,6 +29,7 @@ from pymc_subsample.model.glm import (
     location_scale_terms,
     upper_pairs,
 )
+from pymc_subsample.model.levels import quadratic_form
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GenericPass
 
@@ -86,7 +87,7 @@ class TaylorControlVariate:
         ``Σ_i ℓ_i(θ̂)``.
     grad_sum : ndarray, shape (d,)
         ``G = Σ_i g_i``.
-    hess_sum : ndarray, shape (d, d)
+    hess_sum : ndarray, shape (d, d), or LevelHessian
         ``H = Σ_i H_i`` (computed for both orders: the Laplace proposal needs it).
     """
 
@@ -208,7 +209,7 @@ class TaylorControlVariate:
         if self.order == 2:
             a = theta - self.theta_hat
             a_new = theta_new - self.theta_hat
-            est += 0.5 * float(a_new @ self.hess_sum @ a_new - a @ self.hess_sum @ a)
+            est += 0.5 * (quadratic_form(self.hess_sum, a_new) - quadratic_form(self.hess_sum, a))
         return est
 
     def remainder(self, theta: np.ndarray, theta_new: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -291,8 +291,10 @@ def _build(vars, model, cv_order, temperature, proposal, map_point, proposal_cov
             )
     profile["control_variate_s"] = time.perf_counter() - t0
     # the user's random-walk covariance in whitened coordinates: Δφ = RᵀΔθ
-    r = frame.chol_precision
-    cov_phi = None if cov is None else r.T @ cov @ r
+    cov_phi = None
+    if cov is not None:
+        r = frame.chol_precision
+        cov_phi = r.T @ cov @ r
     # the Laplace mode in the frame: θ̂ is a mode only to within map_tolerance sds
     laplace_centre = frame.whiten(reference.mode) if reference is not None else np.zeros(lik.dim)
     made = make_proposal(
