@@ -2,9 +2,10 @@
 
 Binomial with per-row trials and Exponential with a log scale (one predictor), LogNormal with
 a sampled σ and Weibull with a sampled shape, plain and right-censored (two predictors each),
-as plain PyMC models with ``pms.MHSS()`` and no arguments, at N = 3,000: every coordinate's mean within 4.5 combined
-MCSEs, sd within 10 %, no full-data fallback beyond 0.1 %. NUTS runs in the test
-(``pm.sample(nuts_sampler="numpyro")``, 2 chains × 2,000 draws), so nothing is stored.
+as plain PyMC models with ``pms.MHSS()`` and no arguments, at N = 3,000: every coordinate's
+mean within 4.5 combined MCSEs, sd within 10 %, no full-data fallback beyond 0.1 %. NUTS runs
+in the test (``pm.sample(nuts_sampler="numpyro")``, 2 chains × 2,000 draws), so nothing is
+stored.
 """
 
 from __future__ import annotations
