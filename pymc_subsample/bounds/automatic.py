@@ -93,7 +93,7 @@ EVAL_ROWS = 16_384
 #: where the boxes are wide and a natural enclosure loose) the box is bisected into more pieces
 PIECES_BUDGET = 65_536
 MAX_PIECES = 8
-#: the widening of a piece's ends, a few ulps (each end is a few roundings from the box's)
+#: the widening of a piece's ends: a few ulps of ``|p̂| + 2w`` (each end is a few roundings)
 _OUTWARD_REL = 2.0**-48
 _OUTWARD_ABS = 2.0**-1070
 
@@ -261,7 +261,7 @@ class AutomaticFamily:
                                       [c[start : start + EVAL_ROWS] for c in centres],
                                       [w[start : start + EVAL_ROWS] for w in widths],
                                       {v: d[start : start + EVAL_ROWS] for v, d in data.items()})
-                  for start in range(0, n_rows, EVAL_ROWS)]
+                  for start in range(0, max(n_rows, 1), EVAL_ROWS)]
         if len(blocks) == 1:
             return blocks[0]
         return {alpha: np.concatenate([b[alpha] for b in blocks]) for alpha in alphas[:n_alpha]}
@@ -310,11 +310,12 @@ class AutomaticFamily:
         boxes = {}
         for j, (p, c, w) in enumerate(zip(self._predictors, centres, widths, strict=True)):
             t = np.array([cell[j] for cell in cells], dtype=np.float64)[:, None]
-            lo = (c - w + 2.0 * w * (t / pieces)).ravel()
-            hi = (c - w + 2.0 * w * ((t + 1.0) / pieces)).ravel()
-            # a few ulps outward: the pieces' union covers the box in floating point too
-            boxes[p] = (lo - (np.abs(lo) * _OUTWARD_REL + _OUTWARD_ABS),
-                        hi + (np.abs(hi) * _OUTWARD_REL + _OUTWARD_ABS))
+            lo = c - w + 2.0 * w * (t / pieces)
+            hi = c - w + 2.0 * w * ((t + 1.0) / pieces)
+            # outward by more than the few roundings of each end (relative to |p̂| + 2w, not
+            # to the end itself, which may cancel to about 0): the pieces' union covers the box
+            slack = (np.abs(c) + 2.0 * np.abs(w)) * _OUTWARD_REL + _OUTWARD_ABS
+            boxes[p] = ((lo - slack).ravel(), (hi + slack).ravel())
         if len(cells) > 1:
             data = {v: np.tile(d, len(cells)) for v, d in data.items()}
         out = evaluate_intervals([*graphs, *conditions], {**boxes, **data})
