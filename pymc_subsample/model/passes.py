@@ -81,6 +81,10 @@ class DataPass(Protocol):
     #: one grouping factor's levels when the pass splits rows by them (its Hessian sums are
     #: then a :class:`~pymc_subsample.model.levels.LevelHessian`), else None
     levels: LevelLayout | None
+    #: the row constants cost little beside the pass, so the reference fit asks for them on
+    #: every pass that may be the last; ``False`` (an automatic bound's interval enclosures):
+    #: only on a pass at a point already found to be the mode
+    speculative_constants: bool
 
     def block(self, chunk: np.ndarray, theta: np.ndarray, *args) -> tuple:
         """The sums (and the pass's row constants, if any) on the rows ``chunk``: what
@@ -153,6 +157,8 @@ class GLMPass:
     #: Compare the family's likelihood with the model's on the subsample passes too (the first
     #: full pass always does)
     check_subsamples = True
+    #: the closed-form constants cost little beside the pass (:class:`DataPass`)
+    speculative_constants = True
 
     def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
         self.lik = lik
@@ -489,6 +495,8 @@ class LocationScalePass(GLMPass):
         self.region_radius = region_radius(lik.dim)
         # one predictor a row (an automatic bound's): the derivative tensor is of rank one
         self.sharp_angles = all(t.family.n_predictors == 1 for t in terms)
+        # an automatic bound's enclosures cost several passes: computed once, at the mode
+        self.speculative_constants = not any(t.family.costly_suprema for t in terms)
 
     def _term_outputs(self, term: LocationScaleTerm) -> list[Variable]:
         """``Σ f``, the predictor rows, the gradient and Hessian in the predictors, the
@@ -593,6 +601,8 @@ class GenericPass:
     #: no family read off the graph: the control variates use autodiff
     terms = None
     levels = None
+    #: no row constants here
+    speculative_constants = True
 
     def __init__(self, lik: SubsampledLikelihood, *, exact_hessian: bool = True) -> None:
         self.lik = lik

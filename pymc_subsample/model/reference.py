@@ -302,8 +302,11 @@ def fit_reference(
     result = None
     used_fallback = False
     t_pass = time.perf_counter()
+    # costly constants (an automatic bound's) only on a pass at a point found to be the mode
+    at_mode = data_pass.speculative_constants
     for _ in range(max_passes):
-        want_constants = order is not None and whitening is not None and expect_converged
+        want_constants = (order is not None and whitening is not None and expect_converged
+                          and at_mode)
         res = data_pass.full(
             theta,
             whiten_rows=whitening.whiten_rows if want_constants else None,
@@ -345,7 +348,8 @@ def fit_reference(
                 # the constants were whitened with the previous Hessian: keep that whitening
                 result = (res, laplace_frame(theta, whitening.precision), mode)
                 break
-            whitening, expect_converged = frame, True  # one more pass here, for the constants
+            # one more pass here, for the constants
+            whitening, expect_converged, at_mode = frame, True, True
             continue
         # after one Newton step from within a few dozen sds the next pass is usually the last
         whitening, expect_converged = frame, distance <= 25.0
