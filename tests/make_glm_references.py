@@ -40,12 +40,14 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("negative_binomial", 20_000, 4, 9), ("student_t", 20_000, 4, 9),
          ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9),
          ("gamma_log_scale", 20_000, 4, 9), ("random_effects", 12_000, 3, 5),
-         ("random_effects_noncentred", 12_000, 3, 5), ("student_t_nu", 20_000, 4, 9),
+         ("random_effects_noncentred", 12_000, 3, 5), ("random_effects_many", 12_000, 3, 5),
+         ("student_t_nu", 20_000, 4, 9),
          ("logistic_product", 20_000, 4, 9), ("logistic", 20_000, 4, 9),
          ("censored_weibull_right", 3000, row_models.D + 1, 4),
          ("zero_inflated_poisson", 3000, row_models.D + 1, 4)]
-#: Groups of the random-effects case.
-RE_GROUPS = 40
+#: Groups of the random-effects cases, and of the many-levels one (rows split by level,
+#: the arrow frame: at least ``pymc_subsample.model.levels.MIN_SPLIT_LEVELS``).
+RE_GROUPS, MANY_GROUPS = 40, 64
 SETTINGS = dict(draws=2500, tune=1000, chains=4, random_seed=12)
 
 
@@ -56,12 +58,14 @@ def reference_path(family: str, n: int, d: int) -> Path:
 def reference_model(family: str, n: int, d: int, seed: int) -> pm.Model:
     """The model of a case: ``glm_model``'s, or the random-intercept logistic regression
     (:data:`RE_GROUPS` groups), centred for ``"random_effects"`` and non-centred (``s * z[g]``)
-    for ``"random_effects_noncentred"``."""
+    for ``"random_effects_noncentred"``, centred with :data:`MANY_GROUPS` groups for
+    ``"random_effects_many"``."""
     if family in row_models.MODELS:
         return row_models.MODELS[family](n, seed=seed)
     if family.startswith("random_effects"):
-        return random_effects_model(*random_effects_data(n, d, RE_GROUPS, seed=seed),
-                                    groups=RE_GROUPS, centred=family == "random_effects")
+        groups = MANY_GROUPS if family == "random_effects_many" else RE_GROUPS
+        return random_effects_model(*random_effects_data(n, d, groups, seed=seed),
+                                    groups=groups, centred=family != "random_effects_noncentred")
     return glm_model(*glm_data(n, d, family, seed=seed), family)
 
 

@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import mpmath
 import numpy as np
+import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
 import scipy.special as sc
+from pytensor.graph.rewriting.basic import in2out
+from pytensor.graph.rewriting.utils import rewrite_graph
 
 from pymc_subsample.bounds import family
 from pymc_subsample.bounds.automatic import AutomaticFamily, NonSmoothRow
 from pymc_subsample.bounds.interval import NoIntervalRule, evaluate_intervals
 from pymc_subsample.bounds.normal import NormalScale, normal_scale_suprema
 from pymc_subsample.bounds.student_t import StudentTScale, student_t_scale_suprema
-from pymc_subsample.model.predictors import _simplify
+from pymc_subsample.model.predictors import _drop_check, _simplify
 
 RNG_SEED = 20261126
 #: the automatic suprema are at most this many times the hand-derived ones on every one of the
@@ -274,6 +277,101 @@ def test_two_predictor_automatic_suprema_hold_and_are_tight(name, order):
         for alpha in sup:
             if alpha != (3, 0):
                 assert np.median(sup[alpha] / hand[alpha]) > 0.5
+
+
+# ------------------------------------------------- the fast paths of the interval evaluator
+def test_a_product_with_an_exact_factor_encloses_its_values():
+    """A constant or a data vector times a box (two products instead of four): signs, zeros
+    and infinite ends of the box included."""
+    rng = np.random.default_rng([RNG_SEED, 11])
+    x, c = pt.vector("x", dtype="float64"), pt.vector("c", dtype="float64")
+    lo, hi = _boxes(rng, 4000)
+    lo[:50], hi[50:100] = -np.inf, np.inf
+    data = rng.choice([-2.5, -1e-300, 0.0, 1e-300, 3.0, 7.0], 4000)
+    inside = _inside(rng, np.where(np.isfinite(lo), lo, -1e300),
+                     np.where(np.isfinite(hi), hi, 1e300))
+    for scale in (-3.0, 0.0, 0.7):
+        ((out_lo, out_hi), (d_lo, d_hi)) = evaluate_intervals(
+            [scale * x, c * x], {x: (lo, hi), c: data})
+        _check_enclosure(out_lo, out_hi, scale * inside)
+        _check_enclosure(d_lo, d_hi, data * inside)
+        assert np.all(np.isfinite(out_lo[100:]) & np.isfinite(out_hi[100:]))
+
+
+def test_outward_rounding_at_the_ends_of_the_floats():
+    """Subnormal, huge and infinite results stay enclosed: a sum of two floats whose exact
+    value is not a float, a product that overflows, one that underflows."""
+    x, y = pt.vector("x", dtype="float64"), pt.vector("y", dtype="float64")
+    a = np.array([1.0, 5e-324, 1e308, 1e-200, -1e308])
+    b = np.array([2.0**-60, 5e-324, 1e308, 1e-200, 1e308])
+    ((s_lo, s_hi), (p_lo, p_hi)) = evaluate_intervals([x + y, x * y], {x: (a, a), y: (b, b)})
+    with mpmath.workdps(400):
+        for k in range(a.size):
+            exact_sum = mpmath.mpf(a[k]) + mpmath.mpf(b[k])
+            exact_product = mpmath.mpf(a[k]) * mpmath.mpf(b[k])
+            assert mpmath.mpf(s_lo[k]) <= exact_sum <= mpmath.mpf(s_hi[k])
+            assert mpmath.mpf(p_lo[k]) <= exact_product <= mpmath.mpf(p_hi[k])
+    assert s_lo[0] < 1.0 + 2.0**-60 < s_hi[0] and p_lo[3] <= 0.0 < p_hi[3]
+    assert p_hi[2] == np.inf and p_lo[2] >= np.finfo(float).max  # overflow: at least MAX
+
+
+# ------------------------------------ families with no hand-derived bound, at random points
+N_ROWS = 3000
+
+
+def _beta_binomial_row(p0, p1, data):
+    n, y = data
+    p, phi = pt.sigmoid(p0), pt.exp(p1)
+    return pm.logp(pm.BetaBinomial.dist(n=n, alpha=p * phi, beta=(1 - p) * phi), y)
+
+
+def _censored_weibull_row(p0, p1, data):
+    y, c = data
+    dist = pm.Censored.dist(pm.Weibull.dist(alpha=pt.exp(p1), beta=pt.exp(p0)), lower=None,
+                            upper=c)
+    return pm.logp(dist, y)
+
+
+def _family_data(name, rng, hats):
+    if name == "beta_binomial":
+        n = rng.integers(1, 30, N_ROWS)
+        return ([pt.vector("n", dtype="int64"), pt.vector("y", dtype="int64")],
+                (n, rng.binomial(n, 0.3)))
+    t = np.exp(hats[0]) * rng.weibull(np.exp(hats[1]))
+    c = np.where(rng.uniform(size=N_ROWS) < 0.4, 0.5 * t, 2.0 * t)  # 40% censored
+    return ([pt.vector("y", dtype="float64"), pt.vector("c", dtype="float64")],
+            (np.minimum(t, c), c))
+
+
+@pytest.mark.parametrize("name, row", [("beta_binomial", _beta_binomial_row),
+                                       ("censored_weibull", _censored_weibull_row)])
+def test_automatic_suprema_hold_at_random_points_of_random_boxes(name, row):
+    """BetaBinomial (logit mean, log precision: ``gammaln``, ``ψ``, ``ψ⁽ⁿ⁾`` of sums with
+    integer data; Beta has the same ops, and its derivatives take as long to build) and a
+    right-censored Weibull (log scale, log shape; ``log S`` read through
+    ``log1mexp(log1mexp(·))``): the order-2 suprema bound PyTensor's derivatives (evaluated
+    by PyTensor, not by the interval evaluator) at random points of every box, wide boxes
+    (the few rows here are bisected) and narrow ones."""
+    rng = np.random.default_rng([RNG_SEED, 13, len(name)])
+    hats = [rng.uniform(-3, 3, N_ROWS), rng.uniform(-0.5, 2.5, N_ROWS)]  # log φ, log shape
+    norms = [10.0 ** rng.uniform(-3.5, -1.0, N_ROWS) for _ in range(2)]  # N from 10² to 10⁸
+    radius = 5.0
+    p0, p1 = pt.vector("p0", dtype="float64"), pt.vector("p1", dtype="float64")
+    data, values = _family_data(name, rng, hats)
+    f = rewrite_graph(row(p0, p1, data), include=("canonicalize",),
+                      custom_rewrite=in2out(_drop_check))
+    auto = AutomaticFamily(_simplify(f), [p0, p1], data, name, name)
+    sup = auto.all_suprema(2, tuple(norms), values[0], tuple(hats), radius, values)
+    assert all(np.isfinite(s).all() for s in sup.values())
+    alphas, graphs = auto.derivatives(2)
+    point_fn = pytensor.function([p0, p1, *data], graphs[: len(sup)], mode="FAST_COMPILE",
+                                 on_unused_input="ignore")
+    for _ in range(3):
+        points = [h + radius * s * rng.uniform(-1, 1, N_ROWS)
+                  for h, s in zip(hats, norms, strict=True)]
+        exact = dict(zip(alphas, point_fn(*points, *values), strict=False))
+        for alpha, s_alpha in sup.items():
+            assert np.all(np.abs(exact[alpha]) <= s_alpha), alpha
 
 
 # ------------------------------------------------------------ regularised incomplete gamma

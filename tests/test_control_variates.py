@@ -110,3 +110,29 @@ def test_glm_remainder_graph_equals_the_generic_one(family, order):
         t0, t1 = theta_hat + 0.3 * rng.normal(size=3), theta_hat + 0.3 * rng.normal(size=3)
         np.testing.assert_allclose(glm.remainder(t0, t1, idx), generic.remainder(t0, t1, idx),
                                    rtol=1e-7, atol=atol)
+
+
+@pytest.mark.parametrize("family", ["student_t_scale", "logistic"])
+def test_compiled_remainder_does_not_depend_on_the_reference_point(family):
+    """θ̂ enters the compiled ξ as an input: a constant θ̂ (a scale σ̂ folded into a fused
+    loop's C code) made every new data set compile new C code however warm the cache."""
+    import re
+
+    import pytensor
+
+    from pymc_subsample.model.glm import detect_location_scale_terms
+
+    X, y = glm_data(300, 3, family, seed=5)
+    lik = SubsampledLikelihood(glm_model(X, y, family))
+    terms = detect_location_scale_terms(lik) or detect_glm_terms(lik)
+    d = lik.dim
+    printed = []
+    for theta_hat in (np.full(d, 0.1), np.linspace(-0.3, 0.4, d)):
+        cv = TaylorControlVariate(lik, theta_hat, 2, glm_terms=terms)
+        # the compiled graph as printed, without PyTensor's running names of temporaries
+        printed.append(re.sub(r"'t\d+'", "", pytensor.printing.debugprint(cv._xi_fn,
+                                                                            file="str")))
+        # and the remainder is still that of this θ̂: zero at θ = θ' = θ̂ ± nothing
+        idx = np.arange(300, dtype=np.int64)
+        np.testing.assert_allclose(cv.remainder(theta_hat, theta_hat, idx), 0.0, atol=1e-12)
+    assert printed[0] == printed[1]

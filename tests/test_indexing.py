@@ -278,3 +278,26 @@ def test_distinct_rows_are_a_uniform_subset_in_memory_of_the_subset():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert np.unique(rows).size == 10**6 and peak < 100 * 10**6
+
+
+def test_distinct_runs_are_whole_aligned_runs_each_row_equally_likely():
+    from pymc_subsample.kernels.indexing import distinct_rows, distinct_runs
+
+    rng = np.random.default_rng(4)
+    n, k, run, reps = 1030, 200, 50, 20_000  # 21 runs, the last one 30 rows
+    counts = np.zeros(n)
+    for _ in range(reps):
+        rows = distinct_runs(rng, n, k, run)
+        assert rows.dtype == np.int64 and np.all(np.diff(rows) > 0)
+        starts = np.unique(rows // run)
+        # whole runs, ⌈k/run⌉ of them
+        assert starts.size == 4 and rows.size == sum(min(run, n - s * run) for s in starts)
+        counts[rows] += 1
+    # each run (so each row) is chosen with probability 4/21: binomial counts per run
+    p = 4 / 21
+    per_run = counts[::run]
+    z = (per_run - reps * p) / np.sqrt(reps * p * (1 - p))
+    assert np.max(np.abs(z)) < 4.5
+    # run 1 is plain uniform rows
+    np.testing.assert_array_equal(distinct_runs(np.random.default_rng(1), n, 5, 1),
+                                  distinct_rows(np.random.default_rng(1), n, 5))

@@ -42,6 +42,9 @@ def test_a_setup_holds_the_pieces_of_a_step(model):
     assert setup.adapter is None and setup.target_accept is None
     assert isinstance(setup.tuner, ESJDTuner)
     assert setup.init == "laplace" and setup.pymc_default_start.shape == (3,)
+    # PyMC's own start point, read once (the likelihood's) rather than compiled again
+    np.testing.assert_array_equal(setup.pymc_default_start,
+                                  np.ravel(model.initial_point()["b"]))
     assert setup.setup_profile["full_data_passes"] == setup.reference.full_data_passes >= 1
     draw = setup.laplace_draw(np.random.default_rng(0), fallback=np.zeros(3))
     assert np.isfinite(setup.likelihood.logp0(draw)) and not np.allclose(draw, 0.0)

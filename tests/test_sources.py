@@ -324,7 +324,7 @@ def test_find_map_fallback_refuses_lazy_data_naming_them(files, monkeypatch):
     import pymc_subsample.model.reference as reference
     from pymc_subsample.model.frame import NotPositiveDefiniteError
 
-    real = reference.LaplaceFrame
+    real = reference.laplace_frame
 
     def stalled_at_the_passes(*args, **kwargs):
         # the full-data passes' Hessian is not negative definite (Newton's own damped
@@ -333,9 +333,40 @@ def test_find_map_fallback_refuses_lazy_data_naming_them(files, monkeypatch):
             raise NotPositiveDefiniteError("forced")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(reference, "LaplaceFrame", stalled_at_the_passes)
+    monkeypatch.setattr(reference, "laplace_frame", stalled_at_the_passes)
     X, y = _arrays("zarr", files)
     with glm_model(X, y, "logistic", tall=True), pytest.raises(
         SubsamplingModelError, match=r"pm.find_MAP on all rows, cannot read .*'X', 'y_data'"
     ):
         pms.MHSS()
+
+
+def test_chunked_sources_are_subsampled_in_runs_and_read_ahead(files, monkeypatch):
+    """From Zarr the reference fit's subsample is whole runs of rows inside chunks (random
+    rows would read every chunk), and a full-data pass reads each block on a second
+    thread."""
+    import threading
+
+    from pymc_subsample.model.reference import MIN_SUBSAMPLE_RUNS, _subsample_index
+
+    X, y = _arrays("zarr", files)
+    source_type = type(as_row_source(X))
+    threads = set()
+    read_block = source_type.read_block
+    monkeypatch.setattr(source_type, "read_block",
+                        lambda self, idx: threads.add(threading.current_thread().name)
+                        or read_block(self, idx))
+    with glm_model(X, y, "logistic", tall=True):
+        step = pms.MHSS(progressbar=False)
+    assert threads and all(name.startswith("pms-read") for name in threads)
+    # chunks of 1000 rows; 4000 rows in at least MIN_SUBSAMPLE_RUNS runs of 4000 // 16
+    run = 4000 // MIN_SUBSAMPLE_RUNS
+    rows = _subsample_index(step.likelihood, np.random.default_rng(0), 4000)
+    starts = np.unique(rows // run)
+    assert rows.size == starts.size * run == 4000 and 1000 % run == 0
+    # in memory: uniform rows, as before
+    Xm, ym = _arrays("numpy", files)
+    with glm_model(Xm, ym, "logistic", tall=True):
+        step = pms.MHSS(progressbar=False)
+    rows = _subsample_index(step.likelihood, np.random.default_rng(0), 4000)
+    assert np.unique(rows // run).size > MIN_SUBSAMPLE_RUNS

@@ -73,7 +73,13 @@ from pymc_subsample.bounds.family import (
     row_norms,
     scalar_op,
 )
-from pymc_subsample.bounds.levels import LevelBound, LevelRates, LevelRows, level_rows
+from pymc_subsample.bounds.levels import (
+    LevelBound,
+    LevelRates,
+    LevelRows,
+    level_rows,
+    split_level_rows,
+)
 from pymc_subsample.bounds.normal import normal_scale_row_constants
 from pymc_subsample.bounds.quadratic import quadratic_row_constants
 from pymc_subsample.bounds.rates import EnvelopeRates
@@ -113,6 +119,7 @@ __all__ = [
     "glm_loglik",
     "glm_row_constants",
     "level_rows",
+    "split_level_rows",
     "location_scale_families",
     "normal_scale_row_constants",
     "quadratic_row_constants",

@@ -37,7 +37,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
+from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.rewriting.basic import MergeOptimizer
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import io_toposort
 from pytensor.scalar import basic as ps
@@ -73,6 +75,28 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
 #: bound
 _KINKS = (ps.Abs, ps.Sign, ps.Maximum, ps.Minimum, ps.Floor, ps.Ceil, ps.RoundHalfToEven,
           ps.RoundHalfAwayFromZero, ps.Clip)
+
+
+def _merged(inputs: list[Variable], graphs: list[Variable]) -> list[Variable]:
+    """``graphs`` (copies) with their common sub-expressions merged, ``inputs`` kept: the
+    derivatives of one row term share most of their terms (the same ``ψ'(pφ)`` in each), each
+    then enclosed once per evaluation rather than once per graph."""
+    fgraph = FunctionGraph(inputs, graphs, clone=True, copy_inputs=False)
+    MergeOptimizer().rewrite(fgraph)
+    return list(fgraph.outputs)
+
+
+#: rows enclosed at a time: NumPy's temporaries of this many float64 (128 KiB) are reused
+#: from the heap, where those of a whole 65,536-row chunk are fresh pages each time (four
+#: times slower on the same work)
+EVAL_ROWS = 16_384
+#: at most this many sub-boxes (rows × pieces^K) are enclosed per block: on few rows (small N,
+#: where the boxes are wide and a natural enclosure loose) the box is bisected into more pieces
+PIECES_BUDGET = 65_536
+MAX_PIECES = 8
+#: the widening of a piece's ends: a few ulps of ``|p̂| + 2w`` (each end is a few roundings)
+_OUTWARD_REL = 2.0**-48
+_OUTWARD_ABS = 2.0**-1070
 
 
 class NonSmoothRow(ValueError):
@@ -112,6 +136,10 @@ class AutomaticFamily:
         If a derivative graph has an op the interval evaluator has no rule for.
     """
 
+    #: interval enclosures of derivative graphs on every row: several times a pass over the
+    #: data, so the reference fit computes them once, at the mode
+    costly_suprema = True
+
     def __init__(self, logp: Variable, predictors: Sequence[Variable],
                  data: Sequence[Variable], name: str, description: str,
                  pieces: int = 1) -> None:
@@ -124,6 +152,7 @@ class AutomaticFamily:
         self._derivative_graphs: dict[int, tuple[list[tuple[int, ...]], list[Variable]]] = {}
         self._memo: dict[tuple[int, ...], Variable] = {(0,) * len(self._predictors): logp}
         self._conditions = self._predictor_conditions()
+        self._inputs = [*self._predictors, *self._data]
 
     @property
     def n_predictors(self) -> int:
@@ -187,7 +216,7 @@ class AutomaticFamily:
             shape = self._predictors[0].shape
             graphs = [pt.cast(pt.broadcast_to(self._partial(a), shape), "float64")
                       for a in alphas]
-            self._derivative_graphs[order] = (alphas, graphs)
+            self._derivative_graphs[order] = (alphas, _merged(self._inputs, graphs))
         return self._derivative_graphs[order]
 
     def check_rules(self, order: int) -> None:
@@ -226,7 +255,23 @@ class AutomaticFamily:
                   for s in norms]
         data = {var: np.broadcast_to(np.asarray(value), (n_rows,))
                 for var, value in zip(self._data, params, strict=True)}
-        natural = self._box_suprema(graphs[:n_alpha], self._conditions, centres, widths, data)
+        # bisection where it is cheap: few rows (small N), whose boxes are wide
+        pieces = max(self.pieces, min(MAX_PIECES, int(
+            (PIECES_BUDGET / max(n_rows, 1)) ** (1.0 / self.n_predictors) + 1e-9)))
+        blocks = [self._block_suprema(alphas, graphs, n_alpha, pieces,
+                                      [c[start : start + EVAL_ROWS] for c in centres],
+                                      [w[start : start + EVAL_ROWS] for w in widths],
+                                      {v: d[start : start + EVAL_ROWS] for v, d in data.items()})
+                  for start in range(0, max(n_rows, 1), EVAL_ROWS)]
+        if len(blocks) == 1:
+            return blocks[0]
+        return {alpha: np.concatenate([b[alpha] for b in blocks]) for alpha in alphas[:n_alpha]}
+
+    def _block_suprema(self, alphas, graphs, n_alpha, pieces, centres, widths, data):
+        """:meth:`all_suprema` on one block of rows."""
+        n_rows = np.shape(centres[0])[0]
+        natural = self._box_suprema(graphs[:n_alpha], self._conditions, centres, widths, data,
+                                    pieces)
         *natural, undecided = natural
         at_centre = [magnitude(e) for e in evaluate_intervals(
             graphs[:n_alpha], {**dict(zip(self._predictors, centres, strict=True)), **data})]
@@ -256,24 +301,33 @@ class AutomaticFamily:
             best[alpha] = np.where(undecided, np.inf, out)
         return best
 
-    def _box_suprema(self, graphs, conditions, centres, widths, data) -> list[np.ndarray]:
+    def _box_suprema(self, graphs, conditions, centres, widths, data,
+                     pieces: int = 1) -> list[np.ndarray]:
         """``sup |g|`` over each row's box for each graph (the largest over the
-        ``pieces^K`` parts), then whether any condition is undecided on the row's box."""
+        ``pieces^K`` parts, enclosed together as rows of one evaluation), then whether any
+        condition is undecided on the row's box."""
         n_rows = np.shape(centres[0])[0]
-        sup = [np.zeros(n_rows) for _ in graphs]
+        cells = list(np.ndindex(*(pieces,) * self.n_predictors))
+        boxes = {}
+        for j, (p, c, w) in enumerate(zip(self._predictors, centres, widths, strict=True)):
+            t = np.array([cell[j] for cell in cells], dtype=np.float64)[:, None]
+            lo = c - w + 2.0 * w * (t / pieces)
+            hi = c - w + 2.0 * w * ((t + 1.0) / pieces)
+            # outward by more than the few roundings of each end (relative to |p̂| + 2w, not
+            # to the end itself, which may cancel to about 0): the pieces' union covers the box
+            slack = (np.abs(c) + 2.0 * np.abs(w)) * _OUTWARD_REL + _OUTWARD_ABS
+            boxes[p] = ((lo - slack).ravel(), (hi + slack).ravel())
+        if len(cells) > 1:
+            data = {v: np.tile(d, len(cells)) for v, d in data.items()}
+        out = evaluate_intervals([*graphs, *conditions], {**boxes, **data})
+        shape = (len(cells), n_rows)
+
+        def by_cell(v):
+            return np.broadcast_to(v, (len(cells) * n_rows,)).reshape(shape)
+
+        sup = [by_cell(magnitude(e)).max(axis=0) for e in out[: len(graphs)]]
         undecided = np.zeros(n_rows, dtype=bool)
-        m = self.pieces
-        for cell in np.ndindex(*(m,) * self.n_predictors):
-            boxes = {}
-            for p, c, w, t in zip(self._predictors, centres, widths, cell, strict=True):
-                lo = c - w + 2.0 * w * (t / m)
-                hi = c - w + 2.0 * w * ((t + 1) / m)
-                # outward: the pieces' union covers the box in floating point too
-                boxes[p] = (np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))
-            out = evaluate_intervals([*graphs, *conditions], {**boxes, **data})
-            for k, enclosure in enumerate(out[: len(graphs)]):
-                sup[k] = np.maximum(sup[k], magnitude(enclosure))
-            for lo, hi in out[len(graphs):]:
-                certain, possible = np.asarray(lo, bool), np.asarray(hi, bool)
-                undecided |= np.broadcast_to(certain != possible, (n_rows,))
+        for lo, hi in out[len(graphs):]:
+            certain, possible = np.asarray(lo, bool), np.asarray(hi, bool)
+            undecided |= by_cell(certain != possible).any(axis=0)
         return [*sup, undecided]

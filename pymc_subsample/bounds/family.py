@@ -209,6 +209,9 @@ class LocationScaleFamily:
     log_params : tuple of str
         Sampled parameters besides ``σ`` whose logs are further predictors; the model layer
         picks a family with them only when one of them is sampled.
+    costly_suprema : bool
+        Whether :meth:`all_suprema` costs more than a pass over the data (``False``: closed
+        forms; :class:`~pymc_subsample.bounds.automatic.AutomaticFamily` says ``True``).
     """
 
     name: ClassVar[str]
@@ -216,6 +219,8 @@ class LocationScaleFamily:
     rv_op: ClassVar[type]
     params: ClassVar[tuple[str, ...]] = ()
     log_params: ClassVar[tuple[str, ...]] = ()
+    #: closed forms: the suprema cost little beside a pass over the data
+    costly_suprema: ClassVar[bool] = False
 
     @property
     def n_predictors(self) -> int:

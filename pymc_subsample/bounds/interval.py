@@ -90,20 +90,62 @@ def magnitude(enclosure: Interval) -> np.ndarray:
     return np.where(np.isnan(out), np.inf, out)
 
 
-def _outward(lo, hi, rel: float, absolute: float = 0.0) -> Interval:
-    """Widen ``[lo, hi]`` by ``rel`` relative (and ``absolute``) and one ulp outward; a NaN end
-    (an undefined value) becomes the whole line."""
-    lo = np.asarray(lo, dtype=np.float64)
-    hi = np.asarray(hi, dtype=np.float64)
+def _whole_line_where_nan(lo: np.ndarray, hi: np.ndarray) -> Interval:
+    """An end that is NaN (an undefined value) makes the enclosure the whole line."""
     with np.errstate(invalid="ignore", over="ignore"):
-        # an infinite end stays as it is (−∞ + rel·∞ would be NaN: the whole line)
-        lo = np.nextafter(np.where(np.isinf(lo), lo, lo - rel * np.abs(lo) - absolute), -np.inf)
-        hi = np.nextafter(np.where(np.isinf(hi), hi, hi + rel * np.abs(hi) + absolute), np.inf)
+        # one cheap reduction first: a NaN anywhere (or ±inf + ∓inf) makes it NaN
+        if not np.isnan(np.sum(lo) + np.sum(hi)):
+            return lo, hi
     bad = np.isnan(lo) | np.isnan(hi)
     if np.any(bad):
         lo = np.where(bad, -np.inf, lo)
         hi = np.where(bad, np.inf, hi)
     return lo, hi
+
+
+#: the outward step after a rounded result ``v``: ``|v|·2⁻⁵⁰ + 2⁻¹⁰⁷²`` is at least two ulps of
+#: ``v`` (and two of the smallest subnormal), more than the half ulp of a correct rounding
+#: plus the rounding of the step and of ``v ∓ step`` themselves; ``np.nextafter`` does the
+#: same ten times slower
+_STEP_REL = 2.0**-50
+_STEP_ABS = 2.0**-1072
+_MAX = np.finfo(np.float64).max
+
+
+def _shift(v: np.ndarray, rel: float, absolute: float, up: bool) -> np.ndarray:
+    """``v ± (|v|·rel + absolute)``, in place on a temporary; ``±inf`` past itself is NaN
+    (then the whole line, :func:`_whole_line_where_nan`)."""
+    t = np.abs(v)
+    if isinstance(t, np.ndarray) and t.ndim:
+        np.multiply(t, rel, out=t)
+        np.add(t, absolute, out=t)
+        return np.add(v, t, out=t) if up else np.subtract(v, t, out=t)
+    t = t * rel + absolute
+    return v + t if up else v - t
+
+
+def _outward(lo, hi, rel: float, absolute: float = 0.0) -> Interval:
+    """Widen ``[lo, hi]`` by ``rel`` relative (and ``absolute``) and a few ulps outward; a NaN
+    end (an undefined value) becomes the whole line."""
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        new_lo = _shift(lo, rel + _STEP_REL, absolute + _STEP_ABS, up=False)
+        new_hi = _shift(hi, rel + _STEP_REL, absolute + _STEP_ABS, up=True)
+        if np.isnan(np.sum(new_lo) + np.sum(new_hi)):
+            # a result that overflowed to +inf is at least the largest float (not undefined)
+            new_lo = np.where(lo == np.inf, _MAX, new_lo)
+            new_hi = np.where(hi == -np.inf, -_MAX, new_hi)
+            return _whole_line_where_nan(new_lo, new_hi)
+    return new_lo, new_hi
+
+
+def _outward_ulp(lo, hi) -> Interval:
+    """A few ulps outward: enough for the result of one IEEE operation (``+``, ``−``, ``×``,
+    ``÷``), which is correctly rounded, so within half an ulp of the exact value (also in the
+    subnormal range; an overflow to ``±inf`` is outward already); a NaN end becomes the whole
+    line."""
+    return _outward(lo, hi, 0.0)
 
 
 def _monotone(fn: Callable, increasing: bool, rel: float = _REL_ELEMENTARY,
@@ -115,7 +157,8 @@ def _monotone(fn: Callable, increasing: bool, rel: float = _REL_ELEMENTARY,
     def rule(x: Interval) -> Interval:
         lo, hi = x
         with np.errstate(all="ignore"):
-            a, b = fn(lo), fn(hi)
+            a = fn(lo)
+            b = a if hi is lo else fn(hi)  # an exact input (data): one evaluation
         out = (a, b) if increasing else (b, a)
         out = _outward(*out, rel, absolute)
         if domain is not None:
@@ -129,12 +172,12 @@ def _monotone(fn: Callable, increasing: bool, rel: float = _REL_ELEMENTARY,
 
 def _add(x: Interval, y: Interval) -> Interval:
     with np.errstate(invalid="ignore"):
-        return _outward(x[0] + y[0], x[1] + y[1], _REL_ARITH)
+        return _outward_ulp(x[0] + y[0], x[1] + y[1])
 
 
 def _sub(x: Interval, y: Interval) -> Interval:
     with np.errstate(invalid="ignore"):
-        return _outward(x[0] - y[1], x[1] - y[0], _REL_ARITH)
+        return _outward_ulp(x[0] - y[1], x[1] - y[0])
 
 
 def _neg(x: Interval) -> Interval:
@@ -142,15 +185,32 @@ def _neg(x: Interval) -> Interval:
 
 
 def _products(x: Interval, y: Interval) -> Interval:
+    """The least and largest of the endpoint products (rounded to nearest).
+
+    A product ``0·∞`` (NaN) is left out by ``fmin``/``fmax``: the factor that is 0 makes
+    another of the four products 0 (``0·`` the other end of the second factor), or the other
+    products are ``−∞`` and ``∞``, so 0 is in the hull anyway; all four NaN makes the result
+    the whole line."""
+    if y[0] is y[1]:  # an exact factor (a constant or data): two products
+        x, y = y, x
     with np.errstate(invalid="ignore", over="ignore"):
-        ps_ = [x[i] * y[j] for i in (0, 1) for j in (0, 1)]
-    # 0·∞ is 0 for interval products: the factor that is 0 bounds the product
-    ps_ = [np.where(np.isnan(p), 0.0, p) for p in ps_]
-    return np.minimum.reduce(ps_), np.maximum.reduce(ps_)
+        if x[0] is x[1]:
+            c, (lo, hi) = x[0], y
+            if np.ndim(c) == 0 or np.size(c) == 1:
+                c = float(np.ravel(c)[0])
+                a, b = (c * lo, c * hi) if c >= 0.0 else (c * hi, c * lo)
+                if c == 0.0 or math.isnan(c):  # 0·∞ and NaN alike: by the general rule
+                    a, b = np.fmin(c * lo, c * hi), np.fmax(c * lo, c * hi)
+                return a, b
+            p, q = c * lo, c * hi
+            return np.fmin(p, q), np.fmax(p, q)
+        p00, p01, p10, p11 = x[0] * y[0], x[0] * y[1], x[1] * y[0], x[1] * y[1]
+    return (np.fmin(np.fmin(p00, p01), np.fmin(p10, p11)),
+            np.fmax(np.fmax(p00, p01), np.fmax(p10, p11)))
 
 
 def _mul(x: Interval, y: Interval) -> Interval:
-    return _outward(*_products(x, y), _REL_ARITH)
+    return _outward_ulp(*_products(x, y))
 
 
 def _reciprocal(x: Interval) -> Interval:
@@ -160,7 +220,7 @@ def _reciprocal(x: Interval) -> Interval:
         a, b = 1.0 / hi, 1.0 / lo
     a = np.where(zero_in, -np.inf, a)
     b = np.where(zero_in, np.inf, b)
-    return _outward(a, b, _REL_ARITH)
+    return _outward_ulp(a, b)
 
 
 def _true_div(x: Interval, y: Interval) -> Interval:
@@ -508,7 +568,8 @@ def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
         elif isinstance(op, Elemwise):
             lo, hi = _scalar_rule(op.scalar_op, args, out.type.dtype)
             shape = tuple(np.broadcast_shapes(*(np.shape(a[0]) for a in args)))
-            result = (np.broadcast_to(lo, shape), np.broadcast_to(hi, shape))
+            lo_b = np.broadcast_to(lo, shape)
+            result = (lo_b, lo_b if hi is lo else np.broadcast_to(hi, shape))
         elif isinstance(op, ps.ScalarOp):
             result = _scalar_rule(op, args, out.type.dtype)
         elif isinstance(op, _SHAPE):

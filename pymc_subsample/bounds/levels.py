@@ -57,7 +57,7 @@ from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import check_order
 from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
-__all__ = ["LevelBound", "LevelRates", "LevelRows", "level_rows"]
+__all__ = ["LevelBound", "LevelRates", "LevelRows", "level_rows", "split_level_rows"]
 
 #: ``κ_k`` of the scalar remainder bounds (module docstring).
 ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0}
@@ -149,6 +149,28 @@ def level_rows(
     category[several] = n_levels + 1
     s[several], t[several] = full[several], 0.0
     dense_part = s * dense_weight(xt.shape[1], n_levels)
+    wide = dense_part + t * LEVEL_WEIGHT
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(wide > 0.0, dense_part / wide, 1.0)
+    weights = ORDER_FACTOR[order] * sup * wide ** (order + 1)
+    return (round_up_float32(weights), np.clip(share, 0.0, 1.0).astype(np.float32),
+            category.astype(np.int32), round_up_float32(sup * full ** (order + 1)))
+
+
+def split_level_rows(
+    order: int, sup: np.ndarray, dense: np.ndarray, level: np.ndarray, value: np.ndarray,
+    n_levels: int,
+) -> tuple[np.ndarray, ...]:
+    """:func:`level_rows` of whitened rows kept split by level: ``x̃_{i,D}`` = ``dense``
+    ``(n, d_F)`` and ``x̃_{i,k_i}`` = ``value`` on the level ``level`` (each row on one level
+    at most; ``value = 0`` for none). O(n·d_F), no ``(n, d)`` array."""
+    check_order(order)
+    dense = np.asarray(dense, dtype=np.float64)
+    s2 = np.einsum("ij,ij->i", dense, dense)
+    t = np.abs(np.asarray(value, dtype=np.float64))
+    full = np.sqrt(s2 + t * t)
+    category = np.where(t > 0.0, level, n_levels)
+    dense_part = np.sqrt(s2) * dense_weight(dense.shape[1] + n_levels, n_levels)
     wide = dense_part + t * LEVEL_WEIGHT
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(wide > 0.0, dense_part / wide, 1.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
+    "distinct_runs",
     "WeightedIndexSampler",
     "WithoutReplacementSampler",
     "distinct_rows",
@@ -38,6 +39,22 @@ def distinct_rows(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     while rows.size < k:
         rows = np.unique(np.concatenate([rows, rng.integers(0, n, size=k, dtype=np.int64)]))
     return np.sort(rng.choice(rows, size=k, replace=False))
+
+
+def distinct_runs(rng: np.random.Generator, n: int, k: int, run: int) -> np.ndarray:
+    """About ``k`` rows of ``0..n-1`` as whole aligned runs of ``run`` consecutive rows,
+    ``⌈k/run⌉`` runs chosen uniformly without replacement, sorted (int64).
+
+    For sources read chunk by chunk (Zarr, Dask, a file on disk) a uniform row subset
+    touches nearly every chunk; runs aligned with the chunks read ``k/run`` of them. Each row
+    is still in the subset with probability ``≈ k/n`` (the last, shorter run aside), so
+    sums over it, scaled by ``n / size``, stay unbiased.
+    """
+    if run <= 1:
+        return distinct_rows(rng, n, k)
+    n_runs = -(-n // run)
+    starts = distinct_rows(rng, n_runs, min(n_runs, -(-k // run))) * run
+    return np.concatenate([np.arange(a, min(a + run, n), dtype=np.int64) for a in starts])
 
 
 def round_up_float32(values) -> np.ndarray:

@@ -104,6 +104,23 @@ class RowSource:
         rows, where = np.unique(idx, return_inverse=True)
         return self._cached_take(rows)[where.reshape(idx.shape)]
 
+    @property
+    def chunk_rows(self) -> int | None:
+        """Rows of the chunks this source is read in (Zarr, Dask), or None where any row is
+        as cheap to read as its neighbours (NumPy, ``.npy``)."""
+        return None
+
+    @property
+    def read_ahead(self) -> bool:
+        """Whether a full-data pass should read this source's next block on a second thread
+        (:func:`pymc_subsample.model.cluster.map_row_blocks`): reading it costs time (disk,
+        decompression, a Dask computation)."""
+        return not self.in_memory
+
+    def read_block(self, idx: np.ndarray) -> np.ndarray:
+        """The consecutive rows ``idx`` of a full-data pass, read now (not a lazy view)."""
+        return self.take(idx)
+
     def __getstate__(self) -> dict:
         # the cache stays in this process (PyMC pickles the step for each worker)
         return {k: v for k, v in self.__dict__.items() if k != "_cache"}
@@ -179,6 +196,15 @@ class ArraySource(RowSource):
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
         return self.array[rows]
 
+    @property
+    def read_ahead(self) -> bool:
+        # a memory-mapped file's pages may still be on disk; rows in RAM are read as views
+        return self.path is not None
+
+    def read_block(self, idx: np.ndarray) -> np.ndarray:
+        # a copy, so that the file's pages are read here and not when the pass computes
+        return np.array(self.take(idx))
+
     def graph_value(self) -> np.ndarray:
         return np.asarray(self.array)
 
@@ -218,6 +244,10 @@ class ZarrSource(RowSource):
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.array.get_orthogonal_selection((rows,)))
 
+    @property
+    def chunk_rows(self) -> int:
+        return int(self.array.chunks[0])
+
     def user_value(self):
         return _require("dask.array").array.from_zarr(self.array)
 
@@ -233,6 +263,10 @@ class DaskSource(RowSource):
 
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.array[rows].compute())
+
+    @property
+    def chunk_rows(self) -> int:
+        return int(max(self.array.chunks[0]))
 
     def _slice(self, start: int, stop: int) -> np.ndarray:
         return np.asarray(self.array[start:stop].compute())

@@ -33,7 +33,16 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-__all__ = ["LaplaceFrame", "NotPositiveDefiniteError", "hessian_by_differences", "level_order"]
+from pymc_subsample.model.levels import LevelHessian, SplitRows
+
+__all__ = [
+    "LaplaceFrame",
+    "LevelFrame",
+    "NotPositiveDefiniteError",
+    "hessian_by_differences",
+    "laplace_frame",
+    "level_order",
+]
 
 #: Fewest levels worth a reordering: below this the natural order is kept.
 MIN_LEVELS = 2
@@ -155,7 +164,10 @@ class LaplaceFrame:
         return self.chol_cov.T @ grad_theta
 
     def whiten_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Rows ``x_i`` of a linear predictor as ``x̃_i = Lᵀx_i``; ``rows`` has shape (n, d)."""
+        """Rows ``x_i`` of a linear predictor as ``x̃_i = Lᵀx_i``; ``rows`` has shape (n, d)
+        (:class:`SplitRows` are made dense first)."""
+        if isinstance(rows, SplitRows):
+            rows = rows.dense()
         return np.asarray(rows, dtype=np.float64) @ self.chol_cov
 
     def newton_step(self, grad_log_post: np.ndarray) -> np.ndarray:
@@ -165,6 +177,136 @@ class LaplaceFrame:
     def newton_distance(self, grad_log_post: np.ndarray) -> float:
         """``‖Lᵀ∇ log π(θ̂)‖``: the Newton step to the mode in posterior standard deviations."""
         return float(np.linalg.norm(self.whiten_gradient(grad_log_post)))
+
+
+def laplace_frame(theta_hat: np.ndarray, precision) -> LaplaceFrame:
+    """The frame of a precision: a :class:`LevelFrame` for a :class:`LevelHessian` (one
+    grouping factor's levels), a dense :class:`LaplaceFrame` otherwise."""
+    if isinstance(precision, LevelHessian):
+        return LevelFrame(theta_hat, precision)
+    return LaplaceFrame(theta_hat, precision)
+
+
+class LevelFrame(LaplaceFrame):
+    r"""The Laplace frame of an arrow-structured precision (:class:`LevelHessian`): levels
+    first, then the ``d_F`` fixed coordinates,
+
+    .. math::
+
+        P = \begin{pmatrix} D & C \\ C^\top & A \end{pmatrix} = R R^\top,\qquad
+        R = \begin{pmatrix} D^{1/2} & 0 \\ W^\top & L_S \end{pmatrix},\quad
+        W = D^{-1/2} C,\quad L_S L_S^\top = S = A - W^\top W,
+
+    the Cholesky factor of the reordered ``P`` (the dense frame's, to rounding) through the
+    Schur complement ``S`` of the diagonal level block. Stored: ``D^{1/2}`` (``G``), ``W``
+    (``G × d_F``) and ``L_S`` (``d_F × d_F``): memory and every map O(G·d_F), no ``d × d``
+    matrix. ``φ = Rᵀ(θ − θ̂)`` is ``(D^{1/2}δ_L + Wδ_F,\ L_Sᵀδ_F)``.
+    """
+
+    def __init__(self, theta_hat: np.ndarray, precision: LevelHessian) -> None:
+        self.theta_hat = np.array(theta_hat, dtype=np.float64)
+        lay = precision.layout
+        d = self.theta_hat.size
+        if d != lay.dim:
+            raise ValueError(f"theta_hat has {d} coordinates, the precision {lay.dim}")
+        self.precision, self.dim, self.layout = precision.symmetrised(), d, lay
+        self.n_levels = lay.n_levels
+        self.order = np.concatenate([lay.levels, lay.fixed])
+        self._fixed, self._levels = lay.fixed, slice(lay.start, lay.stop)
+        diag = self.precision.diag
+        if not (precision.is_finite() and np.all(diag > 0.0)):
+            raise self._not_positive_definite()
+        self._sqrt_diag = np.sqrt(diag)
+        self._w = self.precision.coupling / self._sqrt_diag[:, None]
+        schur = self.precision.block - self._w.T @ self._w
+        try:
+            self._chol_schur = scipy.linalg.cholesky(schur, lower=True)
+        except (scipy.linalg.LinAlgError, ValueError):
+            raise self._not_positive_definite() from None
+        # P is singular when a pivot (D, or S's eigenvalues) vanishes against the largest
+        eig = np.linalg.eigvalsh(schur)
+        small, large = min(diag.min(), eig[0]), max(diag.max(), eig[-1])
+        if small <= 1e-12 * large:
+            raise NotPositiveDefiniteError(
+                "The negative Hessian of the log posterior at the reference point is singular "
+                f"(pivots from {small:.3g} to {large:.3g}): some direction of the "
+                "parameters is not identified by the data and the priors (collinear or "
+                "duplicated covariate columns, flat priors). Drop the redundant columns or give "
+                "every parameter a proper prior."
+            )
+        # L_S^{-⊤}, d_F × d_F: unwhitening and whitened rows are then products
+        self._inv_chol_t = scipy.linalg.solve_triangular(
+            self._chol_schur, np.eye(schur.shape[0]), lower=True, trans="T")
+
+    def _not_positive_definite(self) -> NotPositiveDefiniteError:
+        return NotPositiveDefiniteError(
+            "The negative Hessian of the log posterior at the reference point is not positive "
+            "definite, so there is no Laplace approximation there. Check that map_point is a "
+            "mode, give every parameter a proper prior, or pass proposal_cov= explicitly."
+        )
+
+    @property
+    def chol_precision(self) -> np.ndarray:
+        """``R`` as a dense matrix, rows in ``θ``'s order (a user's covariance only)."""
+        d, g = self.dim, self.n_levels
+        r = np.zeros((d, d))
+        r[self._levels, :g] = np.diag(self._sqrt_diag)
+        r[self._fixed, :g] = self._w.T
+        r[np.ix_(self._fixed, np.arange(g, d))] = self._chol_schur
+        return r
+
+    @property
+    def chol_cov(self) -> np.ndarray:
+        """``L = R^{-⊤}`` as a dense matrix (tests, a user's covariance)."""
+        return np.stack([self._unwhiten_step(e) for e in np.eye(self.dim)], axis=1)
+
+    @property
+    def cov(self) -> np.ndarray:
+        chol = self.chol_cov
+        return chol @ chol.T
+
+    def whiten(self, theta: np.ndarray) -> np.ndarray:
+        """``φ = Rᵀ(θ − θ̂)``: O(G·d_F)."""
+        delta = np.asarray(theta, dtype=np.float64) - self.theta_hat
+        fixed = delta[self._fixed]
+        return np.concatenate([self._sqrt_diag * delta[self._levels] + self._w @ fixed,
+                               self._chol_schur.T @ fixed])
+
+    def _unwhiten_step(self, phi: np.ndarray) -> np.ndarray:
+        """``R^{-⊤}φ``: ``δ_F = L_S^{-⊤}φ_F``, ``δ_L = D^{-1/2}(φ_L − Wδ_F)``."""
+        g = self.n_levels
+        out = np.empty(self.dim)
+        fixed = self._inv_chol_t @ phi[g:]
+        out[self._fixed] = fixed
+        out[self._levels] = (phi[:g] - self._w @ fixed) / self._sqrt_diag
+        return out
+
+    def unwhiten(self, phi: np.ndarray) -> np.ndarray:
+        """``θ = θ̂ + R^{-⊤}φ``: O(G·d_F)."""
+        return self.theta_hat + self._unwhiten_step(np.asarray(phi, dtype=np.float64))
+
+    def whiten_gradient(self, grad_theta: np.ndarray) -> np.ndarray:
+        """``R⁻¹∇_θ``: ``z_L = D^{-1/2}∇_L``, ``z_F = L_S^{-1}(∇_F − Wᵀz_L)``."""
+        grad_theta = np.asarray(grad_theta, dtype=np.float64)
+        levels = grad_theta[self._levels] / self._sqrt_diag
+        return np.concatenate([levels,
+                               self._inv_chol_t.T @ (grad_theta[self._fixed] - self._w.T @ levels)])
+
+    def whiten_rows(self, rows):
+        """Rows as ``x̃_i = R⁻¹x_i`` in ``φ``'s order: a dense ``(n, d)`` array, or
+        :class:`SplitRows` kept split (each row still on one level and the fixed block)."""
+        if isinstance(rows, SplitRows):
+            value = rows.value / self._sqrt_diag[rows.level]
+            fixed = (rows.fixed - value[:, None] * self._w[rows.level]) @ self._inv_chol_t
+            return SplitRows(fixed, rows.level, value, rows.layout)
+        rows = np.asarray(rows, dtype=np.float64)
+        levels = rows[:, self._levels] / self._sqrt_diag
+        fixed = (rows[:, self._fixed] - levels @ self._w) @ self._inv_chol_t
+        return np.concatenate([levels, fixed], axis=1)
+
+    def newton_step(self, grad_log_post: np.ndarray) -> np.ndarray:
+        """``P⁻¹∇ log π = R^{-⊤}R⁻¹∇ log π``."""
+        return self._unwhiten_step(self.whiten_gradient(grad_log_post))
 
 
 def hessian_by_differences(gradient, theta: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from pytensor.graph.basic import Variable
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
 from pytensor.graph.rewriting.utils import rewrite_graph
-from pytensor.graph.traversal import ancestors
+from pytensor.graph.traversal import ancestors, applys_between
 from pytensor.scalar.basic import Exp, Log, Mul, Pow, Reciprocal, Second, TrueDiv
 from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import Elemwise
@@ -41,6 +41,7 @@ from pymc_subsample.bounds import (
     scalar_op,
 )
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.levels import LevelLayout, find_level_factor, reads_levels
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.rebuild import distribution_name
 
@@ -75,9 +76,9 @@ class GLMTerm:
         Observed values on the rows ``idx``.
     params : tuple of Variable
         The family's fixed parameters (:attr:`Family.params`) on the rows ``idx``, broadcast.
-    rows : Variable
+    rows : Variable or None
         ``∂η_i/∂θ`` as an ``(n, d)`` graph, free of ``θ`` when ``η`` is affine
-        (:func:`_rows_of_affine`).
+        (:func:`_rows_of_affine`); None when the rows are split by levels (:attr:`split`).
     curvature : Variable or None
         ``∂²η_i/∂θ²`` as an ``(n, d, d)`` graph free of ``θ`` when ``η`` is quadratic in ``θ``
         (a product of two parameters); None when it is affine.
@@ -88,8 +89,22 @@ class GLMTerm:
     eta: Variable
     y: Variable
     params: tuple[Variable, ...]
-    rows: Variable
+    rows: Variable | None
     curvature: Variable | None = None
+    #: the rows split by one grouping factor's levels (:func:`_split_rows`), or None
+    split: LevelSplit | None = None
+
+
+@dataclass(frozen=True)
+class LevelSplit:
+    """An affine predictor ``η_i = x_{F,i}ᵀθ_F + t_i u_{k_i} + o_i`` as graphs on the rows
+    ``idx``: ``fixed_rows`` ``(n, d_F)``, ``level`` (``k_i``) and ``value`` (``t_i``), with the
+    layout of the levels in ``θ`` (:mod:`pymc_subsample.model.levels`)."""
+
+    layout: LevelLayout
+    fixed_rows: Variable
+    level: Variable
+    value: Variable
 
 
 
@@ -172,6 +187,13 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             "its {param} depends on the sampled parameters (MHSS bounds {family})",
         )
         (eta_theta,) = lik.in_theta([_simplify_log(pt.broadcast_to(eta, (n_rows,)))])
+        # one variable on many levels: its split rows are checked affine themselves, and the
+        # dense rows' basis (a d × d identity, 800 MB at 10⁴ levels) is never built
+        split = _split_rows(eta_theta, lik.theta) if len(lik.blocks) == 1 else None
+        if split is not None:
+            terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, None,
+                                 split=split))
+            continue
         try:
             rows, curvature = _predictor_derivatives(block.name, eta_theta, lik.theta)
         except SubsamplingModelError:
@@ -180,6 +202,40 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
             raise unsupported(block.name, fam.link_hint) from None
         terms.append(GLMTerm(block.name, fam, eta_theta, block.value, params, rows, curvature))
     return terms
+
+
+def _split_rows(eta: Variable, theta: Variable) -> LevelSplit | None:
+    """The affine ``eta``'s rows split by one grouping factor (:class:`LevelSplit`), or None
+    when it has none (:func:`~pymc_subsample.model.levels.find_level_factor`).
+
+    ``u[g]`` is replaced by a free vector ``v``; ``η`` must then read no level coordinate, and
+    depend on ``v`` row by row (elementwise ops only), so ``t_i = ∂η_i/∂v_i`` (free of ``θ``
+    and ``v``: ``η`` is affine) and ``x_F`` the derivatives along the fixed coordinates.
+    """
+    factor = find_level_factor(eta, theta)
+    if factor is None:
+        return None
+    layout, selected, level = factor
+    v = selected.type("level_effect")
+    (eta_v,) = graph_replace([eta], {selected: v}, strict=False)
+    if reads_levels(eta_v, theta, layout) or not all(
+            isinstance(node.op, Elemwise) for node in applys_between([v], [eta_v])
+            if v in ancestors(node.inputs)):
+        return None
+    value = Rop(eta_v, v, pt.ones_like(v), use_op_rop_implementation=False)
+    direction = theta.type("direction")
+    along = Rop(eta_v, theta, direction, use_op_rop_implementation=False)
+    basis = pt.constant(np.eye(layout.dim)[layout.fixed])
+    fixed_rows = rewrite_graph(vectorize_graph(along, {direction: basis}).T,
+                               include=("canonicalize",),
+                               custom_rewrite=in2out(_product_with_selection))
+    if any({theta, v} & _value_ancestors(g) for g in (value, fixed_rows)):
+        return None
+    # v may remain for its shape only: the selection's shape it is
+    value, fixed_rows = graph_replace([value, fixed_rows], {v: selected}, strict=False)
+    n_rows = eta.shape[0]
+    return LevelSplit(layout, pt.cast(fixed_rows, "float64"), level,
+                      pt.cast(pt.broadcast_to(value, (n_rows,)), "float64"))
 
 
 @node_rewriter([Elemwise])

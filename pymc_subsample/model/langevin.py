@@ -101,4 +101,5 @@ def langevin_proposal(walk: RandomWalkProposal, frame: LaplaceFrame,
         grad_theta = draw(rng)
         return lambda phi: frame.whiten_gradient(grad_theta(frame.unwhiten(phi)))
 
-    return LangevinProposal(walk.chol @ walk.chol.T, walk.scale, draw_phi, base=walk.base)
+    cov = np.eye(walk.dim) if walk.chol is None else walk.chol @ walk.chol.T
+    return LangevinProposal(cov, walk.scale, draw_phi, base=walk.base)

@@ -36,6 +36,7 @@ from pymc_subsample.bounds import (
     row_cosines,
     row_norms,
     shared_scale_rows,
+    split_level_rows,
 )
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.kernels.indexing import round_up_float32
@@ -51,6 +52,7 @@ from pymc_subsample.model.glm import (
     upper_pairs,
     weighted_curvature,
 )
+from pymc_subsample.model.levels import LevelHessian, LevelLayout, SplitRows
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.predictors import PredictorTerm, check_finite_suprema
 
@@ -76,6 +78,13 @@ class DataPass(Protocol):
     terms: list[GLMTerm] | list[LocationScaleTerm] | None
     #: passes over all N rows made so far (subsample passes do not count)
     n_passes: int
+    #: one grouping factor's levels when the pass splits rows by them (its Hessian sums are
+    #: then a :class:`~pymc_subsample.model.levels.LevelHessian`), else None
+    levels: LevelLayout | None
+    #: the row constants cost little beside the pass, so the reference fit asks for them on
+    #: every pass that may be the last; ``False`` (an automatic bound's interval enclosures):
+    #: only on a pass at a point already found to be the mode
+    speculative_constants: bool
 
     def block(self, chunk: np.ndarray, theta: np.ndarray, *args) -> tuple:
         """The sums (and the pass's row constants, if any) on the rows ``chunk``: what
@@ -100,8 +109,9 @@ class PassResult:
         ``Σ_i ℓ_i(θ)``.
     grad : ndarray, shape (d,)
         ``Σ_i ∇ℓ_i(θ) = Σ_i f'_i x_i``.
-    hess : ndarray, shape (d, d)
-        ``Σ_i ∇²ℓ_i(θ) = Σ_i f''_i x_i x_iᵀ``.
+    hess : ndarray, shape (d, d), or LevelHessian
+        ``Σ_i ∇²ℓ_i(θ) = Σ_i f''_i x_i x_iᵀ``; by per-level sums when the pass splits rows by
+        a grouping factor's levels.
     row_constants : ndarray, shape (N,), LevelRows, SharedScaleRows or None
         MHSS constants ``c_i`` when asked for, or a rate bound's pieces (see
         :meth:`GLMPass.full`).
@@ -109,7 +119,7 @@ class PassResult:
 
     loglik: float
     grad: np.ndarray
-    hess: np.ndarray
+    hess: np.ndarray | LevelHessian
     row_constants: np.ndarray | LevelRows | SharedScaleRows | None = None
 
 
@@ -147,10 +157,16 @@ class GLMPass:
     #: Compare the family's likelihood with the model's on the subsample passes too (the first
     #: full pass always does)
     check_subsamples = True
+    #: the closed-form constants cost little beside the pass (:class:`DataPass`)
+    speculative_constants = True
 
     def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
         self.lik = lik
         self.terms = detect_glm_terms(lik) if terms is None else terms
+        # one observed variable of one affine predictor on one factor's many levels: its rows
+        # are read split (x_F, k_i, t_i) and the Hessian summed per level, O(N·d_F²) a pass
+        split = self.terms[0].split if len(self.terms) == 1 else None
+        self.levels = None if split is None else split.layout
         self._compile_pass()
         quadratic = any(t.curvature is not None for t in self.terms)
         #: ``r`` of the region ``‖φ‖ ≤ r`` on which the row constants hold (``inf``: globally);
@@ -185,7 +201,9 @@ class GLMPass:
         """``Σ f``, then the rows ``x``, ``f'``, ``f''``, ``y``, ``η``, the fixed parameters
         and, for a quadratic predictor, ``Σ f'_i ∂²η_i/∂θ²``."""
         f, f1, f2 = family_terms(term, term.eta)
-        out = [f.sum(), term.rows, f1, f2, pt.cast(term.y, "float64"),
+        rows = ([term.split.fixed_rows, term.split.level, term.split.value]
+                if self.levels is not None else [term.rows])
+        out = [f.sum(), *rows, f1, f2, pt.cast(term.y, "float64"),
                pt.cast(term.eta, "float64"), *term.params]
         if term.curvature is not None:
             out.append(weighted_curvature(term.eta, self.lik.theta, f1))
@@ -193,7 +211,14 @@ class GLMPass:
 
     def _term_pieces(self, term: GLMTerm, outputs: list, n: int) -> tuple:
         """One variable's :meth:`_term_outputs` after ``Σ f`` as :meth:`rows` returns them:
-        ``(x, f', f'', y, η, κ, Σ f'∂²η or None)``."""
+        ``(x, f', f'', y, η, κ, Σ f'∂²η or None)``, ``x`` as :class:`SplitRows` when the pass
+        splits rows by level."""
+        if self.levels is not None:
+            fixed, level, value, f1, f2, y, eta, *params = outputs
+            # u[g] with a negative g counts from the end, as NumPy's (and PyTensor's) indexing
+            level = np.where(level < 0, level + self.levels.n_levels, level)
+            x = SplitRows(np.asarray(fixed).reshape(n, -1), level, value, self.levels)
+            return x, f1, f2, y, eta, tuple(params), None
         x, f1, f2, y, eta, *params = outputs
         curvature_sum = params.pop() if term.curvature is not None else None
         return np.asarray(x).reshape(n, -1), f1, f2, y, eta, tuple(params), curvature_sum
@@ -268,7 +293,8 @@ class GLMPass:
         lik = self.lik
         theta = np.asarray(theta, dtype=np.float64)
         full_data = idx_chunks is None
-        total, g, h = 0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim))
+        total, g = 0.0, np.zeros(lik.dim)
+        h = 0.0 if self.levels is not None else np.zeros((lik.dim, lik.dim))
         # a rate bound's pieces need one observed variable (each row has one rate) of one
         # affine predictor
         affine = all(t.curvature is None for t in self.terms)
@@ -293,7 +319,8 @@ class GLMPass:
             self.n_passes += 1
         # lik.terms is tempered already; f' and f'' come from the untempered family logp
         k = weight / lik.temperature
-        return PassResult(total * weight, g * k, 0.5 * (h + h.T) * k, consts)
+        hess = h.symmetrised() if isinstance(h, LevelHessian) else 0.5 * (h + h.T)
+        return PassResult(total * weight, g * k, hess * k, consts)
 
     def _constants_store(self, order: int, levels: int):
         """Where :meth:`full` puts the constants of all N rows: the level bound's
@@ -331,6 +358,8 @@ class GLMPass:
         """One variable's ``Σ f'x`` and ``Σ f''xxᵀ`` (plus ``Σ f'∂²η`` for a quadratic
         predictor) on a block (:meth:`_term_pieces`)."""
         x, f1, f2, *_, curvature_sum = piece
+        if isinstance(x, SplitRows):
+            return x.sums(f1, f2)
         hess = x.T @ (f2[:, None] * x)
         return x.T @ f1, hess if curvature_sum is None else hess + curvature_sum
 
@@ -386,6 +415,8 @@ class GLMPass:
         if levels:
             return self._level_rows(term, order, piece, whiten_rows, levels)
         x, _, _, y, eta_hat, params, _ = piece
+        if isinstance(x, SplitRows):
+            x = x.dense()  # Corollary 2's constants alone: not on the level-bound path
         whitened = whiten_rows is not None
         xt = whiten_rows(x) if whitened else x
         radius = self.region_radius if term.family.region_only and whitened else math.inf
@@ -397,10 +428,13 @@ class GLMPass:
         same interval as :meth:`_row_constants`, the whitened rows split by level."""
         x, _, _, y, eta_hat, params, _ = piece
         xt = whiten_rows(x)
-        norms = row_norms(xt)
+        split = isinstance(xt, SplitRows)
+        norms = xt.norms() if split else row_norms(xt)
         radius = self.region_radius if term.family.region_only else math.inf
         sup = term.family.row_sup(order, norms, y, params, eta_hat=eta_hat,
                                   radius=radius) / self.lik.temperature
+        if split:
+            return split_level_rows(order, sup, xt.fixed, xt.level, xt.value, levels)
         return level_rows(order, sup, xt, levels, norms)
 
 
@@ -449,6 +483,7 @@ class LocationScalePass(GLMPass):
     """
 
     sharp_angles = False
+    levels = None
     # the subsample Newton steps may send a scale to where both likelihoods lose all precision
     # (values near -1e223, or NaN): the check waits for the first full pass, near the mode
     check_subsamples = False
@@ -460,6 +495,8 @@ class LocationScalePass(GLMPass):
         self.region_radius = region_radius(lik.dim)
         # one predictor a row (an automatic bound's): the derivative tensor is of rank one
         self.sharp_angles = all(t.family.n_predictors == 1 for t in terms)
+        # an automatic bound's enclosures cost several passes: computed once, at the mode
+        self.speculative_constants = not any(t.family.costly_suprema for t in terms)
 
     def _term_outputs(self, term: LocationScaleTerm) -> list[Variable]:
         """``Σ f``, the predictor rows, the gradient and Hessian in the predictors, the
@@ -563,6 +600,9 @@ class GenericPass:
 
     #: no family read off the graph: the control variates use autodiff
     terms = None
+    levels = None
+    #: no row constants here
+    speculative_constants = True
 
     def __init__(self, lik: SubsampledLikelihood, *, exact_hessian: bool = True) -> None:
         self.lik = lik

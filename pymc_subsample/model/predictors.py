@@ -90,13 +90,23 @@ def _negated(var: Variable) -> Variable | None:
 
 @node_rewriter([Elemwise])
 def _exp_forms(fgraph, node):
-    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)`` and
-    ``log σ(z) → −softplus(−z)``: each predictor expression once, so that the derivatives are
-    not quotients of repeated terms whose enclosures overestimate (a Weibull's or
-    Exponential's ``y/λ`` with ``λ = e^η``, a Bernoulli's ``log1p(−σ(η))``)."""
+    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)``,
+    ``log σ(z) → −softplus(−z)`` and ``log1mexp(log1mexp(x)) → x``: each predictor expression
+    once, so that the derivatives are not quotients of repeated terms whose enclosures
+    overestimate (a Weibull's or Exponential's ``y/λ`` with ``λ = e^η``, a Bernoulli's
+    ``log1p(−σ(η))``, a censored row's ``log S = log1mexp(log F)``)."""
     scalar = node.op.scalar_op
     negated = _negated(node.inputs[0]) if isinstance(scalar, ps.Log1p) else None
-    if negated is not None and isinstance(_scalar_of(negated), psm.Sigmoid):
+    inner = _scalar_of(node.inputs[0])
+    if isinstance(scalar, psm.Log1mexp) and isinstance(inner, psm.Log1mexp):
+        # log(1 − (1 − e^x)) = x for x ≤ 0: a survival term log S written as log1mexp of a
+        # log-CDF (PyMC's Censored). Its enclosures explode through the two poles otherwise
+        out = node.inputs[0].owner.inputs[0]
+    elif isinstance(scalar, psm.Log1mexp) and isinstance(inner, ps.Switch):
+        # through the log-CDF's own guard (switch(y < 0, −inf, log1mexp(...))) to the above
+        cond, a, b = node.inputs[0].owner.inputs
+        out = pt.switch(cond, pt.log1mexp(a), pt.log1mexp(b))
+    elif negated is not None and isinstance(_scalar_of(negated), psm.Sigmoid):
         # log(1 − σ(z)) = −softplus(z): monotone, one occurrence of z
         out = -pt.softplus(negated.owner.inputs[0])
     elif isinstance(scalar, ps.Log) and isinstance(_scalar_of(node.inputs[0]), psm.Sigmoid):

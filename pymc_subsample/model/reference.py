@@ -41,12 +41,14 @@ import pymc as pm
 import scipy.optimize
 
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.kernels.indexing import distinct_rows
+from pymc_subsample.kernels.indexing import distinct_rows, distinct_runs
 from pymc_subsample.model.frame import (
     LaplaceFrame,
     NotPositiveDefiniteError,
     hessian_by_differences,
+    laplace_frame,
 )
+from pymc_subsample.model.levels import LevelHessian, LevelLayout
 from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
 
 __all__ = ["ReferenceFit", "fit_reference"]
@@ -100,16 +102,59 @@ class ReferenceFit:
         return self.frame.theta_hat
 
 
-def _prior_terms(lik: SubsampledLikelihood, theta: np.ndarray):
+def _prior_terms(lik: SubsampledLikelihood, theta: np.ndarray,
+                 levels: LevelLayout | None = None):
     """``log p0``, its gradient and Hessian at one point (no data).
 
     The Hessian is by central differences of the autodiff gradient (``2d`` evaluations of an
     O(d) function, accurate to about ``ε^{2/3}``): it only enters the Laplace precision, and
-    compiling the autodiff Jacobian of even a Normal prior costs about 0.4 s of setup.
+    compiling the autodiff Jacobian of even a Normal prior costs about 0.4 s of setup. With a
+    grouping factor's ``levels`` it is a :class:`LevelHessian` when the prior leaves the
+    levels uncoupled (:func:`_level_prior_hessian`), in ``2d_F + 4`` evaluations.
     """
     theta = np.asarray(theta, dtype=np.float64)
     v, g = lik.logp0_and_grad(theta)
-    return v, g, hessian_by_differences(lambda t: lik.logp0_and_grad(t)[1], theta)
+    gradient = lambda t: lik.logp0_and_grad(t)[1]  # noqa: E731
+    if levels is not None:
+        h = _level_prior_hessian(gradient, theta, levels)
+        if h is not None:
+            return v, g, h
+    return v, g, hessian_by_differences(gradient, theta)
+
+
+def _level_prior_hessian(gradient, theta: np.ndarray, levels: LevelLayout
+                         ) -> LevelHessian | None:
+    """The prior's Hessian as a :class:`LevelHessian`, by central differences: one column
+    per fixed coordinate (``2d_F`` gradients; the coupling is their level rows) and the level
+    diagonal from moving all levels at once, with two sign patterns ``s``: the response of
+    level ``k`` is ``Σ_j H_kj s_j h_j``, which is ``H_kk s_k h_k`` for both only when no two
+    levels are coupled. None when the two disagree (coupled levels: the dense differences
+    serve).
+    """
+    steps = np.cbrt(np.finfo(np.float64).eps) * np.maximum(1.0, np.abs(theta))
+    fixed, lv = levels.fixed, slice(levels.start, levels.stop)
+    columns = np.empty((levels.dim, fixed.size))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for col, k in enumerate(fixed):
+            up, down = theta.copy(), theta.copy()
+            up[k] += steps[k]
+            down[k] -= steps[k]
+            columns[:, col] = (np.asarray(gradient(up)) - np.asarray(gradient(down))) / (
+                up[k] - down[k])
+        diagonals = []
+        for signs in (np.ones(levels.n_levels),
+                      np.where(np.arange(levels.n_levels) % 2 == 0, 1.0, -1.0)):
+            up, down = theta.copy(), theta.copy()
+            up[lv] += signs * steps[lv]
+            down[lv] -= signs * steps[lv]
+            diagonals.append((np.asarray(gradient(up))[lv] - np.asarray(gradient(down))[lv])
+                             / (up[lv] - down[lv]))
+    if not np.allclose(diagonals[0], diagonals[1], rtol=1e-4,
+                       atol=1e-8 * max(1.0, float(np.abs(diagonals[0]).max(initial=0.0)))):
+        return None
+    block = columns[fixed]
+    return LevelHessian(0.5 * (diagonals[0] + diagonals[1]), columns[lv],
+                        0.5 * (block + block.T), levels)
 
 
 #: Subsamples of at least ten times this many rows start Newton on a tenth of their rows.
@@ -123,6 +168,23 @@ def _subsample_rows(n: int, d: int) -> int:
     than in passes over all ``N`` rows; ``N`` itself below that (small data)."""
     n_sub = max(WARM_START_ROWS, 50 * d * d, n // 20)
     return min(n_sub, n // 4) if n // 4 >= WARM_START_ROWS else n
+
+
+#: Fewest runs of consecutive rows a subsample of chunked sources is drawn in.
+MIN_SUBSAMPLE_RUNS = 16
+
+
+def _subsample_index(lik: SubsampledLikelihood, rng: np.random.Generator, n_sub: int):
+    """The subsample's rows: uniform, or for sources read in chunks (Zarr, Dask) whole
+    chunks at random (:func:`~pymc_subsample.kernels.indexing.distinct_runs`), at least
+    :data:`MIN_SUBSAMPLE_RUNS` of them: random rows would read nearly every chunk, i.e. all
+    the data (a Dask fancy index over 2,442 chunks was most of a 200 s setup at 10⁷ rows).
+    The fit only starts the full-data passes, which correct any bias of the runs."""
+    chunks = [s.chunk_rows for _, s in lik.gathered.values() if s.chunk_rows]
+    if not chunks:
+        return distinct_rows(rng, lik.n_rows, n_sub)  # O(n_sub) memory, not O(N)
+    run = min(max(chunks), max(1, n_sub // MIN_SUBSAMPLE_RUNS))
+    return distinct_runs(rng, lik.n_rows, n_sub, run)
 
 
 def fit_reference(
@@ -168,7 +230,7 @@ def fit_reference(
     passes_before = data_pass.n_passes
 
     def log_post(theta, res):
-        v, g, h = _prior_terms(lik, theta)
+        v, g, h = _prior_terms(lik, theta, data_pass.levels)
         return v + res.loglik, g + res.grad, -(h + res.hess)
 
     if map_point is not None:
@@ -186,15 +248,16 @@ def fit_reference(
     if n_sub >= n and map_point is None:
         # small data: damped Newton on all rows, each step a (cheap) pass over the data
         theta, prec = _newton_or_lbfgs(full_objective, theta, tolerance=tolerance,
-                                       max_steps=60)
+                                       max_steps=60, hyper=_unread(data_pass, theta))
         try:
-            whitening = LaplaceFrame(theta, prec)
+            whitening = laplace_frame(theta, prec)
         except NotPositiveDefiniteError:
             whitening = None
         profile["small_data_newton_s"] = time.perf_counter() - t_start
     elif n_sub < n:
         rng = np.random.default_rng(seed)
-        idx = distinct_rows(rng, n, n_sub)  # O(n_sub) memory, not O(N)
+        idx = _subsample_index(lik, rng, n_sub)
+        n_sub = idx.size
 
         def chunks_of(rows: np.ndarray) -> list[np.ndarray]:
             return [rows[i : i + SETUP_CHUNK_ROWS]
@@ -215,17 +278,18 @@ def fit_reference(
                 theta, _ = _newton_or_lbfgs(
                     lambda th: log_post(th, data_pass.full(th, idx_chunks=warm,
                                                            weight=n / n_warm)),
-                    theta, tolerance=1.0, max_steps=60,
+                    theta, tolerance=1.0, max_steps=60, hyper=_unread(data_pass, theta),
                 )
             # from a warm start Newton converges in a few steps; from PyMC's initial point
             # (the mouth of a hierarchical model's funnel) L-BFGS takes over, on these rows
             # rather than on all N (18 passes over 10⁵ rows in a 50-group model); if it does
             # not converge, the full-data passes and their fallback take over
-            theta, prec = _newton_or_lbfgs(sub_objective, theta, tolerance=1e-3, max_steps=20)
+            theta, prec = _newton_or_lbfgs(sub_objective, theta, tolerance=1e-3, max_steps=20,
+                                           hyper=_unread(data_pass, theta))
         else:
             prec = sub_objective(theta)[2]
         try:
-            whitening = LaplaceFrame(theta, prec)
+            whitening = laplace_frame(theta, prec)
         except NotPositiveDefiniteError:
             whitening = None
         profile["subsample_s"] = time.perf_counter() - t_start
@@ -238,8 +302,11 @@ def fit_reference(
     result = None
     used_fallback = False
     t_pass = time.perf_counter()
+    # costly constants (an automatic bound's) only on a pass at a point found to be the mode
+    at_mode = data_pass.speculative_constants
     for _ in range(max_passes):
-        want_constants = order is not None and whitening is not None and expect_converged
+        want_constants = (order is not None and whitening is not None and expect_converged
+                          and at_mode)
         res = data_pass.full(
             theta,
             whiten_rows=whitening.whiten_rows if want_constants else None,
@@ -258,7 +325,7 @@ def fit_reference(
             continue
         best_value, best_theta = value, theta
         try:
-            frame = LaplaceFrame(theta, prec)
+            frame = laplace_frame(theta, prec)
         except NotPositiveDefiniteError:
             if used_fallback:
                 break
@@ -279,9 +346,10 @@ def fit_reference(
                 break
             if want_constants:
                 # the constants were whitened with the previous Hessian: keep that whitening
-                result = (res, LaplaceFrame(theta, whitening.precision), mode)
+                result = (res, laplace_frame(theta, whitening.precision), mode)
                 break
-            whitening, expect_converged = frame, True  # one more pass here, for the constants
+            # one more pass here, for the constants
+            whitening, expect_converged, at_mode = frame, True, True
             continue
         # after one Newton step from within a few dozen sds the next pass is usually the last
         whitening, expect_converged = frame, distance <= 25.0
@@ -319,6 +387,19 @@ def fit_reference(
     )
 
 
+def _unread(data_pass, theta: np.ndarray) -> np.ndarray | None:
+    """For a pass split by levels, the mask of the fixed coordinates no row reads (a group
+    scale: zero data curvature on the first rows); None otherwise."""
+    levels = data_pass.levels
+    if levels is None:
+        return None
+    rows = np.arange(min(data_pass.lik.n_rows, SETUP_CHUNK_ROWS), dtype=np.int64)
+    block = data_pass.full(theta, idx_chunks=[rows]).hess.block
+    mask = np.zeros(levels.dim, dtype=bool)
+    mask[levels.fixed[np.diag(block) == 0.0]] = True
+    return mask
+
+
 #: Damped Newton steps in a row after which :func:`_newton` gives up.
 DAMPED_STEPS = 10
 
@@ -337,19 +418,13 @@ def _newton(
     value, g, prec = objective(theta)
     damped_in_a_row = 0
     for _ in range(max_steps):
-        if not (np.isfinite(value) and np.all(np.isfinite(g)) and np.all(np.isfinite(prec))):
+        if not (np.isfinite(value) and np.all(np.isfinite(g)) and _finite(prec)):
             return theta, prec, False  # the full-data passes fall back to L-BFGS from here
         try:
-            frame = LaplaceFrame(theta, prec)
+            frame = laplace_frame(theta, prec)
             damped = False
         except NotPositiveDefiniteError:
-            # Levenberg damping far from the mode, where the Hessian may be indefinite; the
-            # margin is relative to the largest curvature, so the damped matrix stays well
-            # conditioned (an absolute 1e-6 left a condition number the frame refuses)
-            eigs = np.linalg.eigvalsh(0.5 * (prec + prec.T))
-            shift = abs(eigs.min()) + 1e-6 * max(1.0, float(np.abs(eigs).max()))
-            frame = LaplaceFrame(theta, prec + shift * np.eye(theta.size))
-            damped = True
+            frame, damped = _damped_frame(theta, prec), True
         damped_in_a_row = damped_in_a_row + 1 if damped else 0
         if damped_in_a_row > damped_steps:
             return theta, prec, False
@@ -367,6 +442,30 @@ def _newton(
             return theta, prec, False
         theta, value, g, prec = candidate, new_value, new_g, new_prec
     return theta, prec, False
+
+
+def _finite(prec) -> bool:
+    return prec.is_finite() if isinstance(prec, LevelHessian) else bool(np.all(np.isfinite(prec)))
+
+
+def _damped_frame(theta: np.ndarray, prec) -> LaplaceFrame:
+    """Levenberg damping far from the mode, where the Hessian may be indefinite: the frame of
+    ``P + shift·I``. The margin is relative to the largest curvature, so the damped matrix
+    stays well conditioned (an absolute 1e-6 left a condition number the frame refuses). For a
+    :class:`LevelHessian` (no eigenvalues without a dense matrix) the shift grows tenfold from
+    ``10⁻⁶`` of the largest entry until the arrow factor exists."""
+    if isinstance(prec, LevelHessian):
+        scale = max(1.0, prec.max_abs())
+        shift = 1e-6 * scale
+        for _ in range(16):
+            try:
+                return laplace_frame(theta, prec.shifted(shift))
+            except NotPositiveDefiniteError:
+                shift *= 10.0
+        raise NotPositiveDefiniteError("no damping makes the Hessian positive definite")
+    eigs = np.linalg.eigvalsh(0.5 * (prec + prec.T))
+    shift = abs(eigs.min()) + 1e-6 * max(1.0, float(np.abs(eigs).max()))
+    return LaplaceFrame(theta, prec + shift * np.eye(theta.size))
 
 
 #: Objective evaluations allowed to :func:`_lbfgs`, and the Newton distance (posterior sds,
@@ -399,7 +498,7 @@ def _lbfgs(objective, theta: np.ndarray) -> np.ndarray:
         if not (np.isfinite(value) and np.all(np.isfinite(g))):
             return np.inf, np.zeros_like(th)
         try:
-            if LaplaceFrame(th, prec).newton_distance(g) <= NEWTON_BASIN:
+            if laplace_frame(th, prec).newton_distance(g) <= NEWTON_BASIN:
                 raise _NewtonBasin(np.array(th))
         except NotPositiveDefiniteError:
             pass
@@ -413,8 +512,24 @@ def _lbfgs(objective, theta: np.ndarray) -> np.ndarray:
     return result.x
 
 
+def _holding(objective, held: np.ndarray):
+    """``objective`` with the coordinates ``held`` (a mask) kept where they are: their
+    gradient zero and their rows of the negative Hessian those of the identity."""
+    def held_objective(th):
+        value, g, prec = objective(th)
+        g = np.where(held, 0.0, g)
+        if isinstance(prec, LevelHessian):
+            return value, g, prec.holding(held)
+        prec = prec.copy()
+        prec[held, :], prec[:, held] = 0.0, 0.0
+        prec[held, held] = 1.0
+        return value, g, prec
+    return held_objective
+
+
 def _newton_or_lbfgs(
-    objective, theta: np.ndarray, *, tolerance: float, max_steps: int
+    objective, theta: np.ndarray, *, tolerance: float, max_steps: int,
+    hyper: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Newton from ``θ``; when it does not converge, L-BFGS from ``θ`` (:func:`_lbfgs`) and
     Newton again from there. Returns the point and its negative Hessian.
@@ -423,10 +538,22 @@ def _newton_or_lbfgs(
     start (a hierarchical model with its group effects at zero, at the mouth of the funnel)
     sends Newton down the funnel, where it spent 54 evaluations (7 s of a 10⁶-row random
     intercept model's setup) before giving up; L-BFGS goes straight to the data's mode.
+
+    With ``hyper``, the coordinates no row reads (a group scale) of a model split by levels,
+    Newton first runs with them held: with the scale fixed the group effects and fixed
+    effects of a GLM are a concave problem, which Newton solves in a few steps, and from its
+    solution (group effects fitted, away from the funnel's mouth) Newton on all coordinates.
+    L-BFGS on a thousand levels went down the funnel instead (``log σ → −19``).
     """
     start = theta
-    theta, prec, converged = _newton(objective, theta, tolerance=tolerance, max_steps=max_steps,
-                                     damped_steps=0)
+    if hyper is not None and hyper.any():
+        start = _newton(_holding(objective, hyper), theta, tolerance=tolerance,
+                        max_steps=max_steps)[0]
+        theta, prec, converged = _newton(objective, start, tolerance=tolerance,
+                                         max_steps=max_steps)
+    else:
+        theta, prec, converged = _newton(objective, theta, tolerance=tolerance,
+                                         max_steps=max_steps, damped_steps=0)
     if converged:
         return theta, prec
     _log.info("Newton's method did not converge on the reference fit's rows; L-BFGS from the "

@@ -153,12 +153,14 @@ def check_proposal_knobs(proposal: str, scaling: float | None, df: float | None)
         ) from None
 
 
-def default_start(model: pm.Model, user_vars: Sequence) -> np.ndarray:
+def default_start(model: pm.Model, user_vars: Sequence,
+                  initial_point: dict | None = None) -> np.ndarray:
     """PyMC's initial point without any initial value a user set (``θ`` of the support
     points). A chain handed another start point was given ``initvals`` (in ``pm.sample``
-    or on a variable), and ``init="laplace"`` keeps it."""
+    or on a variable), and ``init="laplace"`` keeps it. ``initial_point``, the model's own
+    ``model.initial_point()`` when the caller has it, saves compiling PyMC's function again."""
     if all(model.rvs_to_initial_values.get(rv) is None for rv in model.free_RVs):
-        point = model.initial_point()
+        point = model.initial_point() if initial_point is None else initial_point
     else:
         overrides = {rv: None for rv in model.free_RVs}
         point = make_initial_point_fn(model=model, overrides=overrides)(0)
@@ -289,8 +291,10 @@ def _build(vars, model, cv_order, temperature, proposal, map_point, proposal_cov
             )
     profile["control_variate_s"] = time.perf_counter() - t0
     # the user's random-walk covariance in whitened coordinates: Δφ = RᵀΔθ
-    r = frame.chol_precision
-    cov_phi = None if cov is None else r.T @ cov @ r
+    cov_phi = None
+    if cov is not None:
+        r = frame.chol_precision
+        cov_phi = r.T @ cov @ r
     # the Laplace mode in the frame: θ̂ is a mode only to within map_tolerance sds
     laplace_centre = frame.whiten(reference.mode) if reference is not None else np.zeros(lik.dim)
     made = make_proposal(
@@ -300,7 +304,10 @@ def _build(vars, model, cv_order, temperature, proposal, map_point, proposal_cov
     target = _target_accept(proposal, target_accept, default_target_accept)
     init = init if reference is not None else "pymc"
     # only init="laplace" asks where PyMC would start a chain (to spot user initvals)
-    pymc_start = default_start(model, user_vars) if init == "laplace" else None
+    pymc_start = None
+    if init == "laplace":
+        pymc_start = default_start(model, user_vars,
+                                   lik.initial_point if centring is None else None)
     profile["setup_s"] = time.perf_counter() - t_start
     profile["full_data_passes"] = reference.full_data_passes if reference else 0
     _log.debug("setup: %s", profile)

@@ -70,8 +70,9 @@ class RandomWalkProposal:
 
     Parameters
     ----------
-    cov : ndarray, shape (d, d)
-        Covariance of ``A z`` (the identity in the Laplace frame).
+    cov : ndarray, shape (d, d), or int
+        Covariance of ``A z``; an int ``d`` for the identity (the Laplace frame's), then
+        :attr:`chol` is None.
     scale : float
         Initial ``s``.
     base : float
@@ -86,9 +87,14 @@ class RandomWalkProposal:
     #: no acceptance floor in tuning: a random walk's best acceptance is low by design
     min_accept: float | None = None
 
-    def __init__(self, cov: np.ndarray, scale: float, base: float = 1.0) -> None:
-        self.chol = cholesky_factor(cov)
-        self.dim = self.chol.shape[0]
+    def __init__(self, cov: np.ndarray | int, scale: float, base: float = 1.0) -> None:
+        if np.ndim(cov) == 0:
+            # the identity of that dimension (the Laplace frame's): no d × d matrix, and
+            # O(d) a step rather than O(d²), with many levels
+            self.chol, self.dim = None, int(cov)
+        else:
+            self.chol = cholesky_factor(cov)
+            self.dim = self.chol.shape[0]
         self.base = float(base)
         self.parameter = float(scale) / self.base
 
@@ -106,7 +112,8 @@ class RandomWalkProposal:
 
     def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
         """Return ``φ'`` and the log q-ratio (0: the walk is symmetric)."""
-        return phi + self.scale * (self.chol @ rng.standard_normal(self.dim)), 0.0
+        z = rng.standard_normal(self.dim)
+        return phi + self.scale * (z if self.chol is None else self.chol @ z), 0.0
 
 
 class PCNProposal:
@@ -347,5 +354,5 @@ def make_proposal(
         return IndependenceProposal(dim, 1.0 if parameter is None else parameter, df, centre)
     base = 1.0 if cov is not None else 1.0 / np.sqrt(dim)
     kappa = (1.0 if cov is not None else 1.5) if parameter is None else parameter
-    return RandomWalkProposal(np.eye(dim) if cov is None else cov, kappa * base, base)
+    return RandomWalkProposal(dim if cov is None else cov, kappa * base, base)
 

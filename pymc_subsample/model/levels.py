@@ -1,0 +1,271 @@
+r"""One grouping factor's levels: read off a predictor, and the arrow structure they give.
+
+A predictor ``η_i = x_{F,i}ᵀθ_F + t_i θ_{a + k_i} + o_i`` (a random intercept ``u[g]``, ``u`` the
+coordinates ``a … a + G − 1`` of ``θ``) touches the ``d_F`` *fixed* coordinates and one of the
+``G`` *level* coordinates. Its row is stored as :class:`SplitRows` (``x_F``, ``k_i``, ``t_i``), not
+as a dense row of length ``d = d_F + G``, and the sums of a data pass become
+
+.. math::
+
+    \sum_i f''_i x_i x_i^\top = \begin{pmatrix} D & C \\ C^\top & A \end{pmatrix},\quad
+    D_{kk} = \sum_{i: k_i = k} f''_i t_i^2,\quad
+    C_{k\cdot} = \sum_{i: k_i = k} f''_i t_i x_{F,i}^\top,\quad
+    A = \sum_i f''_i x_{F,i} x_{F,i}^\top,
+
+per-level sums (``np.bincount`` over ``k_i``) in O(N·d_F²) instead of a dense O(N·d²) product:
+:class:`LevelHessian`, levels first, the level block diagonal. The priors of the levels
+(``u ~ Normal(0, σ)``) couple each level to the fixed block (``σ``) but not to the other levels,
+so the log posterior's Hessian keeps the structure, and its Cholesky factor is the arrow
+:class:`~pymc_subsample.model.frame.LevelFrame` stores (``docs/methods/reference.md``,
+"Many levels").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
+from pytensor.graph.traversal import ancestors, applys_between
+from pytensor.tensor.basic import get_underlying_scalar_constant_value
+from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.shape import Reshape
+from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Subtensor
+
+__all__ = [
+    "MIN_SPLIT_LEVELS",
+    "LevelHessian",
+    "LevelLayout",
+    "SplitRows",
+    "find_level_factor",
+    "quadratic_form",
+    "reads_levels",
+]
+
+#: Fewest levels for which a predictor's rows are split (a few levels: the dense rows are as
+#: cheap, and the models of the stored behaviour draws keep their dense passes).
+MIN_SPLIT_LEVELS = 64
+
+
+@dataclass(frozen=True)
+class LevelLayout:
+    """Where the levels are in ``θ``: coordinates ``start … stop − 1``; the rest are fixed."""
+
+    start: int
+    stop: int
+    dim: int
+
+    @property
+    def n_levels(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def levels(self) -> np.ndarray:
+        return np.arange(self.start, self.stop)
+
+    @property
+    def fixed(self) -> np.ndarray:
+        return np.concatenate([np.arange(self.start), np.arange(self.stop, self.dim)])
+
+
+@dataclass(frozen=True)
+class SplitRows:
+    """Rows ``x_i`` of one predictor with one level each: ``x_i = x_{F,i}`` on the fixed
+    coordinates and ``t_i`` on level ``k_i``; in whitened coordinates the same shape
+    (:meth:`~pymc_subsample.model.frame.LevelFrame.whiten_rows`)."""
+
+    fixed: np.ndarray  # (n, d_F)
+    level: np.ndarray  # (n,) int, 0 … G − 1
+    value: np.ndarray  # (n,)
+    layout: LevelLayout
+
+    def dense(self) -> np.ndarray:
+        """The rows as an ``(n, d)`` matrix in ``θ``'s order."""
+        lay = self.layout
+        out = np.zeros((self.level.size, lay.dim))
+        out[:, lay.fixed] = self.fixed
+        out[np.arange(self.level.size), lay.start + self.level] = self.value
+        return out
+
+    def norms(self) -> np.ndarray:
+        return np.sqrt(np.einsum("ij,ij->i", self.fixed, self.fixed) + self.value**2)
+
+    def sums(self, f1: np.ndarray, f2: np.ndarray) -> tuple[np.ndarray, LevelHessian]:
+        """``Σ f'_i x_i`` (dense, length ``d``) and ``Σ f''_i x_i x_iᵀ`` by per-level sums."""
+        lay, g = self.layout, self.layout.n_levels
+        grad = np.zeros(lay.dim)
+        grad[lay.fixed] = self.fixed.T @ f1
+        grad[lay.start : lay.stop] = np.bincount(self.level, f1 * self.value, minlength=g)
+        wt = f2 * self.value
+        coupling = np.stack([np.bincount(self.level, wt * col, minlength=g)
+                             for col in self.fixed.T], axis=1).reshape(g, -1)
+        return grad, LevelHessian(np.bincount(self.level, wt * self.value, minlength=g),
+                                  coupling, self.fixed.T @ (f2[:, None] * self.fixed), lay)
+
+
+class LevelHessian:
+    """A symmetric ``d × d`` matrix with a diagonal level block: ``diag`` (``G``),
+    ``coupling`` (``G × d_F``, levels by fixed coordinates) and ``block`` (``d_F × d_F``).
+
+    Arithmetic with another of the same layout keeps the structure; with a dense matrix whose
+    level block is diagonal too (a prior's Hessian) as well, else it gives the dense sum.
+    """
+
+    __array_ufunc__ = None  # ndarray + LevelHessian defers to __radd__
+
+    def __init__(self, diag: np.ndarray, coupling: np.ndarray, block: np.ndarray,
+                 layout: LevelLayout) -> None:
+        self.diag, self.coupling, self.block, self.layout = diag, coupling, block, layout
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.layout.dim, self.layout.dim)
+
+    @classmethod
+    def from_dense(cls, h: np.ndarray, layout: LevelLayout) -> LevelHessian | None:
+        """The structure of a dense ``h``, or None if two levels are coupled in it."""
+        lv, fx = slice(layout.start, layout.stop), layout.fixed
+        level_block = h[lv, lv]
+        diag = np.diag(level_block).copy()
+        if np.count_nonzero(level_block) > np.count_nonzero(diag):
+            return None
+        return cls(diag, h[lv][:, fx], h[np.ix_(fx, fx)], layout)
+
+    def dense(self) -> np.ndarray:
+        lay = self.layout
+        lv, fx = np.arange(lay.start, lay.stop), lay.fixed
+        h = np.zeros(self.shape)
+        h[lv, lv] = self.diag
+        h[np.ix_(lv, fx)] = self.coupling
+        h[np.ix_(fx, lv)] = self.coupling.T
+        h[np.ix_(fx, fx)] = self.block
+        return h
+
+    def symmetrised(self) -> LevelHessian:
+        return LevelHessian(self.diag, self.coupling, 0.5 * (self.block + self.block.T),
+                            self.layout)
+
+    def shifted(self, shift: float) -> LevelHessian:
+        """``H + shift·I``."""
+        return LevelHessian(self.diag + shift, self.coupling,
+                            self.block + shift * np.eye(self.block.shape[0]), self.layout)
+
+    def holding(self, held: np.ndarray) -> LevelHessian:
+        """The matrix with the fixed coordinates of the mask ``held`` (over ``θ``) made
+        identity rows and columns (held in a Newton step)."""
+        cols = held[self.layout.fixed]
+        block, coupling = self.block.copy(), self.coupling.copy()
+        block[cols, :], block[:, cols], coupling[:, cols] = 0.0, 0.0, 0.0
+        block[cols, cols] = 1.0
+        return LevelHessian(self.diag, coupling, block, self.layout)
+
+    def is_finite(self) -> bool:
+        return bool(np.all(np.isfinite(self.diag)) and np.all(np.isfinite(self.coupling))
+                    and np.all(np.isfinite(self.block)))
+
+    def max_abs(self) -> float:
+        return float(max(np.abs(self.diag).max(initial=0.0), np.abs(self.block).max(initial=0.0),
+                         np.abs(self.coupling).max(initial=0.0)))
+
+    def __add__(self, other):
+        if isinstance(other, (int, float)) and other == 0:
+            return self
+        if isinstance(other, np.ndarray):
+            structured = LevelHessian.from_dense(other, self.layout)
+            if structured is None:
+                return self.dense() + other
+            other = structured
+        if not isinstance(other, LevelHessian) or other.layout != self.layout:
+            return NotImplemented
+        return LevelHessian(self.diag + other.diag, self.coupling + other.coupling,
+                            self.block + other.block, self.layout)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> LevelHessian:
+        return LevelHessian(-self.diag, -self.coupling, -self.block, self.layout)
+
+    def __mul__(self, k: float) -> LevelHessian:
+        return LevelHessian(k * self.diag, k * self.coupling, k * self.block, self.layout)
+
+    __rmul__ = __mul__
+
+    def __matmul__(self, v: np.ndarray) -> np.ndarray:
+        """``H v`` for a vector: O(G·d_F)."""
+        lay = self.layout
+        v = np.asarray(v, dtype=np.float64)
+        v_level, v_fixed = v[lay.start : lay.stop], v[lay.fixed]
+        out = np.empty(lay.dim)
+        out[lay.start : lay.stop] = self.diag * v_level + self.coupling @ v_fixed
+        out[lay.fixed] = self.coupling.T @ v_level + self.block @ v_fixed
+        return out
+
+    def quadratic_form(self, v: np.ndarray) -> float:
+        """``vᵀHv``."""
+        return float(np.asarray(v) @ (self @ v))
+
+
+def quadratic_form(h, v: np.ndarray) -> float:
+    """``vᵀHv`` of a dense matrix or a :class:`LevelHessian`."""
+    if isinstance(h, LevelHessian):
+        return h.quadratic_form(v)
+    return float(v @ h @ v)
+
+
+def _theta_slice(var: Variable, theta: Variable) -> tuple[int, int] | None:
+    """``(a, b)`` if ``var`` is ``θ[a:b]`` (possibly reshaped to a vector), else None."""
+    node = var.owner
+    if node is not None and isinstance(node.op, Reshape) and var.ndim == 1:
+        var = node.inputs[0]
+        node = var.owner
+    if node is None or not isinstance(node.op, Subtensor) or node.inputs[0] is not theta:
+        return None
+    (sl,) = node.op.idx_list if len(node.op.idx_list) == 1 else (None,)
+    if not isinstance(sl, slice) or sl.step is not None:
+        return None
+    try:
+        bounds = [int(get_underlying_scalar_constant_value(i)) for i in node.inputs[1:]]
+    except NotScalarConstantError:
+        return None
+    if len(bounds) != 2 or sl.start is None or sl.stop is None:
+        return None
+    return bounds[0], bounds[1]
+
+
+def find_level_factor(eta: Variable, theta: Variable
+                      ) -> tuple[LevelLayout, Variable, Variable] | None:
+    """One grouping factor in the predictor ``eta``: ``(layout, u[g], g)`` for a selection
+    ``u[g]`` of a vector slice ``u = θ[a:b]`` of at least :data:`MIN_SPLIT_LEVELS`
+    coordinates (``g`` an integer vector free of ``θ``); of several (crossed factors), the one
+    with the most levels. None when there is none. The caller checks that ``eta`` reads ``u``
+    nowhere else (:func:`reads_levels`): a slice selected twice, or read some other way, keeps
+    the dense rows.
+    """
+    dim = theta.type.shape[0]
+    found = []
+    for node in applys_between([theta], [eta]):
+        if isinstance(node.op, AdvancedSubtensor | AdvancedSubtensor1) and len(node.inputs) == 2:
+            span = _theta_slice(node.inputs[0], theta)
+            index = node.inputs[1]
+            if (span is not None and span[1] - span[0] >= MIN_SPLIT_LEVELS
+                    and index.ndim == 1 and index.dtype.startswith(("int", "uint"))
+                    and theta not in ancestors([index]) and node.outputs[0].ndim == 1):
+                found.append((span, node.outputs[0], index))
+    if not found:
+        return None
+    # crossed factors: the one with the most levels is split, the others' coordinates join
+    # the fixed block (the level block stays diagonal: a row touches one level of a factor)
+    (start, stop), selected, index = max(found, key=lambda f: f[0][1] - f[0][0])
+    return LevelLayout(start, stop, dim), selected, pt.cast(index, "int64")
+
+
+def reads_levels(graph: Variable, theta: Variable, layout: LevelLayout) -> bool:
+    """Whether ``graph`` reads a level coordinate of ``θ``, or ``θ`` other than through
+    constant slices (conservative: True unless every read is a slice disjoint from them)."""
+    for node in applys_between([theta], [graph]):
+        if theta in node.inputs:
+            span = _theta_slice(node.outputs[0], theta)
+            if span is None or (span[0] < layout.stop and layout.start < span[1]):
+                return True
+    return False
