@@ -390,7 +390,10 @@ CASES = [
     # families the likelihood layer reads (AusterityMH and BarkerMinibatch sample them:
     # tests/test_likelihood_constructs.py) that MHSS's automatic bound cannot enclose yet
     Case("MHSS: hurdle negative binomial", partial(row_models.hurdle_negative_binomial, N),
-         MHSS, error(E, r"'y'.*\(a _?Hurdle\).*the op BetaInc.*no interval rule.*UserBound")),
+         MHSS, error(E, r"'y'.*mixes classes.*through 3 predictors.*at most 2.*UserBound")),
+    Case("MHSS: zero-inflated negative binomial",
+         partial(row_models.zero_inflated_negative_binomial, N), MHSS,
+         error(E, r"'y'.*mixes classes.*through 3 predictors.*at most 2.*UserBound")),
     Case("MHSS: multinomial logit with a pt.zeros((N, 1)) reference column",
          partial(row_models.categorical_reference_zeros, N), MHSS,
          error(E, r"'y'.*AdvancedSubtensor: the row picks its own class by the data.*UserBound")),
