@@ -127,7 +127,7 @@ class TaylorControlVariate:
         C code for every data set, compiled again however warm the cache (6.7 + 3.1 s for a
         Student-t regression with sampled ν); as an input, the same model on other data finds
         its code in the cache."""
-        return pytensor.shared(self.theta_hat, name="theta_hat")
+        return pytensor.shared(self.theta_hat, name="theta_hat", shape=self.theta_hat.shape)
 
     def _remainder_graph(self):
         """Symbolic ``ξ_i(θ, θ')`` on the rows ``idx`` (eq. (4))."""
