@@ -156,11 +156,14 @@ def test_mhss_cv_order(order):
 def test_mhss_unsupported_family_names_variable():
     with pm.Model():
         b = pm.Normal("b", 0, 1, shape=2)
-        # a hurdle's truncated Poisson goes through the regularised incomplete gamma, which
-        # the automatic bound has no interval rule for (a Weibull is bounded automatically)
-        pm.HurdlePoisson("obs", psi=0.7, mu=pm.math.exp(pm.Data("X", X) @ b),
-                         observed=RNG.poisson(1.5, size=60))
-        with pytest.raises(SubsamplingModelError, match="'obs'.*Hurdle.*GammaIncC.*UserBound"):
+        # a hurdle negative binomial's truncated part goes through the regularised incomplete
+        # beta function, which the automatic bound has no interval rule for (a hurdle Poisson
+        # is bounded automatically)
+        pm.HurdleNegativeBinomial("obs", psi=0.7, mu=pm.math.exp(pm.Data("X", X) @ b),
+                                  alpha=pm.Exponential("alpha", 1.0),
+                                  observed=RNG.poisson(1.5, size=60))
+        with pytest.raises(SubsamplingModelError,
+                           match="'obs'.*Hurdle.*BetaInc.*UserBound"):
             pms.MHSS(cv_order=2)
 
 
@@ -178,15 +181,17 @@ def test_bad_proposal_cov():
             pms.MHSS(cv_order=2, proposal_cov=np.eye(3))
 
 
-def test_mixture_observed_has_no_automatic_mhss_bound():
-    """Mixtures are split into rows (tests/test_likelihood_mixtures.py); MHSS needs a bound."""
+def test_mixture_observed_is_bounded_automatically_through_its_class_axis():
+    """Mixtures are split into rows (tests/test_likelihood_mixtures.py); MHSS reads a small
+    class axis as columns (model/columns.py) and bounds the row term automatically."""
     with pm.Model() as model:
         m = pm.Normal("m", 0, 1)
         pm.NormalMixture("y", w=[0.5, 0.5], mu=pm.math.stack([m, m + 1]), sigma=1.0,
                          observed=RNG.normal(size=60))
     assert SubsampledLikelihood(model).n_rows == 60
-    with model, pytest.raises(SubsamplingModelError, match="no automatic bound.*'y'.*UserBound"):
-        pms.MHSS()
+    with model:
+        step = pms.MHSS(progressbar=False)
+    assert step.setup_profile["full_data_passes"] >= 1
 
 
 def test_parameter_dependent_centering_couples_rows():
