@@ -149,6 +149,13 @@ def level_rows(
     category[several] = n_levels + 1
     s[several], t[several] = full[several], 0.0
     dense_part = s * dense_weight(xt.shape[1], n_levels)
+    return _level_pieces(order, sup, dense_part, t, category, full)
+
+
+def _level_pieces(order: int, sup: np.ndarray, dense_part: np.ndarray, t: np.ndarray,
+                  category: np.ndarray, full: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The :class:`LevelRows` pieces of rows from their weighted dense part, level value
+    ``t``, category and whole whitened length (shared by both row layouts)."""
     wide = dense_part + t * LEVEL_WEIGHT
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(wide > 0.0, dense_part / wide, 1.0)
@@ -171,12 +178,7 @@ def split_level_rows(
     full = np.sqrt(s2 + t * t)
     category = np.where(t > 0.0, level, n_levels)
     dense_part = np.sqrt(s2) * dense_weight(dense.shape[1] + n_levels, n_levels)
-    wide = dense_part + t * LEVEL_WEIGHT
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(wide > 0.0, dense_part / wide, 1.0)
-    weights = ORDER_FACTOR[order] * sup * wide ** (order + 1)
-    return (round_up_float32(weights), np.clip(share, 0.0, 1.0).astype(np.float32),
-            category.astype(np.int32), round_up_float32(sup * full ** (order + 1)))
+    return _level_pieces(order, sup, dense_part, t, category, full)
 
 
 class LevelRates(EnvelopeRates):
