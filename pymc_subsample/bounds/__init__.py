@@ -75,6 +75,7 @@ from pymc_subsample.bounds.family import (
 )
 from pymc_subsample.bounds.levels import (
     LevelBound,
+    LevelMoveRates,
     LevelRates,
     LevelRows,
     level_rows,
@@ -105,6 +106,7 @@ __all__ = [
     "EnvelopeRates",
     "Family",
     "LevelBound",
+    "LevelMoveRates",
     "LevelRates",
     "LevelRows",
     "LocationScaleFamily",

@@ -57,7 +57,8 @@ from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import check_order
 from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
-__all__ = ["LevelBound", "LevelRates", "LevelRows", "level_rows", "split_level_rows"]
+__all__ = ["LevelBound", "LevelMoveRates", "LevelRates", "LevelRows", "level_rows",
+           "split_level_rows"]
 
 #: ``κ_k`` of the scalar remainder bounds (module docstring).
 ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0}
@@ -192,13 +193,7 @@ class LevelRates(EnvelopeRates):
 
     def row_rates(self, idx: np.ndarray) -> np.ndarray:
         """``B_i = c̄_i P_{k_i}(ρ_i) ≥ |ξ_i(θ, θ')|`` of the rows ``idx`` (Horner in ``ρ_i``)."""
-        bound = self._bound
-        coef = self._coefficients[bound.category[idx]]
-        share = bound.share[idx].astype(np.float64)
-        factor = coef[:, -1]
-        for j in range(coef.shape[1] - 2, -1, -1):
-            factor = factor * share + coef[:, j]
-        return self.sampler.weights[idx] * factor
+        return self.sampler.weights[idx] * self._bound.polynomial(self._coefficients, idx)
 
 
 class LevelBound:
@@ -229,11 +224,15 @@ class LevelBound:
                 self.moments[:, j] += np.bincount(cat, weights=w * power, minlength=n_cat)
                 power = power * rho
         self._present = self.moments[:, 0] > 0.0
+        #: the rows by level, for the level moves (:meth:`level_rates`; built on first use)
+        self._by_level: np.ndarray | None = None
 
-    def rates(self, phi: np.ndarray, phi_new: np.ndarray) -> LevelRates:
-        """The rates of the move between the whitened points ``φ`` and ``φ'``: per category,
-        the coefficients of ``P_k`` (the product of the linear factors ``H``, ``A``, ``A'`` of
-        the module docstring, in closed form) and its envelope."""
+    def coefficients(self, phi: np.ndarray, phi_new: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Per category, the coefficients of ``P_k`` for the move between the whitened points
+        ``φ`` and ``φ'`` (the product of the linear factors ``H``, ``A``, ``A'`` of the module
+        docstring, in closed form; shape ``(G + 2, k + 2)``) and its largest value over
+        ``ρ ∈ [0, 1]`` (each linear factor is largest at an end; shape ``(G + 2,)``)."""
         g, n_cat = self.n_levels, self.n_levels + 2
         h = phi_new - phi
         u = np.empty((3, n_cat))  # ‖·_D‖ / w_D per category (‖·‖ / w_D for several levels)
@@ -262,5 +261,100 @@ class LevelBound:
             coefficients[:, 0], coefficients[:, 1] = h0 * q0, h0 * q1 + h1 * q0
             coefficients[:, 2], coefficients[:, 3] = h0 * q2 + h1 * q1, h1 * q2
             envelope = top[2] * (top[0] ** 2 + top[0] * top[1] + top[1] ** 2)
+        return coefficients, envelope
+
+    def rates(self, phi: np.ndarray, phi_new: np.ndarray) -> LevelRates:
+        """The rates of the move between the whitened points ``φ`` and ``φ'``, drawn from all
+        rows with one envelope (the largest category's)."""
+        coefficients, envelope = self.coefficients(phi, phi_new)
         return LevelRates(self, coefficients, float(np.max(envelope[self._present],
                                                            initial=0.0)))
+
+    def level_rates(self, phi: np.ndarray, phi_new: np.ndarray) -> LevelMoveRates:
+        """The rates of the level moves ``φ → φ'`` (``φ'`` differs from ``φ`` on level
+        coordinates only), level by level (:class:`LevelMoveRates`)."""
+        if self._by_level is None:
+            self._index_levels()
+        coefficients, envelope = self.coefficients(phi, phi_new)
+        return LevelMoveRates(self, coefficients, envelope)
+
+    def _index_levels(self) -> None:
+        """The rows sorted by level (stable), each level's span in that order, and the largest
+        weight of each level: what :class:`LevelMoveRates` draws a level's rows from (O(N)
+        once, 4 bytes a row)."""
+        n_cat = self.n_levels + 2
+        self._by_level = np.argsort(self.category, kind="stable").astype(np.int32)
+        counts = np.bincount(self.category, minlength=n_cat)
+        self._level_start = np.concatenate([[0], np.cumsum(counts)])
+        self._level_count = counts
+        top = np.zeros(n_cat, dtype=np.float32)
+        np.maximum.at(top, self.category, self.sampler.weights)
+        self._level_top = top.astype(np.float64)
+
+    def polynomial(self, coefficients: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """``P_{k_i}(ρ_i)`` of the rows ``idx`` (Horner in ``ρ_i``)."""
+        coef = coefficients[self.category[idx]]
+        share = self.share[idx].astype(np.float64)
+        factor = coef[:, -1]
+        for j in range(coef.shape[1] - 2, -1, -1):
+            factor = factor * share + coef[:, j]
+        return factor
+
+
+class LevelMoveRates:
+    r"""The rates ``B_i`` of simultaneous moves of the levels, one Poisson process per level.
+
+    For a move that changes level coordinates only (``φ'_D = φ_D``), level ``k``'s rows have
+    rates ``B_i = c̄_i P_k(ρ_i)`` that depend on the pair through ``φ_k``, ``φ'_k`` and
+    ``φ_D`` only, and the rows touching no level have rate 0. Level ``k``'s rows are drawn
+    apart from the others': ``K_k ~ Poisson(n_k c̄^{max}_k ar M_k)`` rows uniform among its
+    ``n_k`` rows, each kept with probability ``c̄_i P_k(ρ_i) / (c̄^{max}_k ar M_k)``
+    (``c̄^{max}_k`` its largest weight, ``ar M_k`` its polynomial's largest value): a Poisson
+    process of rate ``B_i`` on its rows, independent across levels, drawn without reading data.
+    A level whose ``n_k c̄^{max}_k ar M_k`` reaches ``n_k`` is decided on all its rows
+    (:attr:`fallback`).
+    """
+
+    def __init__(self, bound: LevelBound, coefficients: np.ndarray, envelope: np.ndarray):
+        g = bound.n_levels
+        self._bound, self._coefficients = bound, coefficients
+        self._envelope = envelope[:g]
+        #: ``Λ_k = Σ_{i ∈ k} B_i``, the expected rows of each level's decision
+        self.expected = np.sum(coefficients[:g] * bound.moments[:g], axis=1)
+        self._count = bound._level_count[:g]
+        self._draws = self._count * bound._level_top[:g] * self._envelope
+        #: levels whose thinning would draw as many rows as they have: decided on all rows
+        self.fallback = ~(self._draws < self._count)
+
+    def draw(self, rng: np.random.Generator, levels: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows of the Poisson processes of rates ``B_i`` of the levels in the mask ``levels``:
+        ``(rows, their level, their B_i)``."""
+        bound = self._bound
+        lam = np.where(levels & ~self.fallback, self._draws, 0.0)
+        counts = rng.poisson(lam)
+        total = int(counts.sum())
+        if total == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, np.empty(0)
+        level = np.repeat(np.arange(lam.size), counts)
+        size = self._count[level]
+        pos = bound._level_start[level] + np.minimum(
+            (rng.random(total) * size).astype(np.int64), size - 1)
+        idx = bound._by_level[pos].astype(np.int64)
+        rates = bound.sampler.weights[idx] * bound.polynomial(self._coefficients, idx)
+        ceiling = bound._level_top[level] * self._envelope[level]
+        keep = rng.random(total) * ceiling < rates
+        return idx[keep], level[keep], rates[keep]
+
+    def rows_of(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All rows of the levels in the mask ``levels`` and their level (the fallback)."""
+        bound = self._bound
+        chosen = np.flatnonzero(levels)
+        if chosen.size == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty
+        spans = [np.arange(bound._level_start[k], bound._level_start[k + 1]) for k in chosen]
+        pos = np.concatenate(spans)
+        level = np.repeat(chosen, self._count[chosen])
+        return bound._by_level[pos].astype(np.int64), level

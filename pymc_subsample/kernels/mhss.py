@@ -31,7 +31,16 @@ import numpy as np
 
 from pymc_subsample.kernels.indexing import WeightedIndexSampler
 
-__all__ = ["MHSSInfo", "ScalarRates", "ThinningRates", "mhss_accept", "poisson_thinning_log_ratio"]
+__all__ = [
+    "LevelThinningRates",
+    "LevelsInfo",
+    "MHSSInfo",
+    "ScalarRates",
+    "ThinningRates",
+    "mhss_accept",
+    "mhss_accept_levels",
+    "poisson_thinning_log_ratio",
+]
 
 #: Relative rounding level below which a clipped rate is not counted as a bound violation.
 CLIP_TOLERANCE = 1e-9
@@ -189,3 +198,108 @@ def mhss_accept(
     log_alpha2, _, clipped = poisson_thinning_log_ratio(xi, cm, 1.0, rng_accept)
     accepted = bool(np.log(rng_accept.random()) < log_alpha2)
     return MHSSInfo(accepted, True, idx.size, expected, False, clipped, log_alpha2)
+
+
+class LevelThinningRates(Protocol):
+    """Per-level rates of simultaneous moves of ``G`` conditionally independent coordinates
+    (the levels of a grouping factor), each level's rows apart: :attr:`expected` (``Λ_k``),
+    :attr:`fallback` (levels decided on all their rows), ``draw(rng, levels)`` (the rows of
+    the Poisson processes of rates ``λ_i ≥ |ξ_i|`` of the levels in a mask, their level and
+    rate) and ``rows_of(levels)`` (all rows of the levels in a mask and their level)."""
+
+    expected: np.ndarray
+    fallback: np.ndarray
+
+    def draw(self, rng: np.random.Generator, levels: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def rows_of(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class LevelsInfo(NamedTuple):
+    """What one set of per-level MHSS decisions did (:func:`mhss_accept_levels`).
+
+    Attributes
+    ----------
+    accepted : ndarray of bool, shape (G,)
+    accept_stage1 : ndarray of bool, shape (G,)
+    n_data : int
+        Rows whose remainder was evaluated, over all levels.
+    expected_rows : float
+        ``Σ_k Λ_k`` over the levels that passed stage 1.
+    fallbacks : int
+        Levels decided on all their rows.
+    clipped : int
+        Rates clipped beyond rounding (a bound violation if > 0).
+    """
+
+    accepted: np.ndarray
+    accept_stage1: np.ndarray
+    n_data: int
+    expected_rows: float
+    fallbacks: int
+    clipped: int
+
+
+def mhss_accept_levels(
+    log_alpha1: np.ndarray,
+    rates: LevelThinningRates,
+    *,
+    remainder: Callable[[np.ndarray], np.ndarray],
+    rng_index: np.random.Generator,
+    rng_accept: np.random.Generator,
+) -> LevelsInfo:
+    """``G`` MHSS decisions at once, one per level, each from its own rows (Algorithm 1 per
+    level; ``docs/methods/mhss.md``, "Moves of the levels").
+
+    Level ``k`` passes stage 1 with probability ``min(1, e^{log α1_k})``; then its rows'
+    remainders are thinned as in :func:`mhss_accept` with its rates, or summed over all its
+    rows where :attr:`~LevelThinningRates.fallback` says so, and it is accepted with
+    probability ``min(1, e^{log α2_k})``. The levels' uniforms and Poisson processes are
+    independent, so the decisions are those of ``G`` separate MHSS kernels.
+
+    Parameters
+    ----------
+    log_alpha1 : ndarray, shape (G,)
+        Each level's stage-1 log ratio (NaN reads as ``-inf``).
+    rates : LevelThinningRates
+    remainder : callable
+        ``idx -> ξ_i`` of the rows ``idx`` for the move of their own level.
+    rng_index, rng_accept : numpy.random.Generator
+    """
+    log_alpha1 = np.where(np.isnan(log_alpha1), -np.inf, log_alpha1)
+    g = log_alpha1.size
+    stage1 = np.log(rng_accept.random(g)) < log_alpha1
+    full = stage1 & rates.fallback
+    idx_t, lev_t, lam = rates.draw(rng_index, stage1 & ~full)
+    idx_f, lev_f = rates.rows_of(full)
+    idx = np.concatenate([idx_t, idx_f])
+    log_alpha2 = np.zeros(g)
+    clipped = 0
+    if idx.size:
+        xi = np.asarray(remainder(idx), dtype=np.float64)
+        xi_t, xi_f = xi[: idx_t.size], xi[idx_t.size :]
+        bad = ~np.isfinite(xi)
+        # the model's own log-likelihood is -inf (or NaN) on a touched row: reject its level
+        broken = np.zeros(g, dtype=bool)
+        broken[np.concatenate([lev_t, lev_f])[bad]] = True
+        if idx_f.size:
+            log_alpha2 += np.bincount(lev_f, weights=np.where(np.isfinite(xi_f), xi_f, 0.0),
+                                      minlength=g)
+        if idx_t.size:
+            ok = np.isfinite(xi_t)
+            phi = lam - np.maximum(xi_t, 0.0)
+            phi_rev = lam - np.maximum(-xi_t, 0.0)
+            slack = CLIP_TOLERANCE * lam
+            clipped = int(np.count_nonzero(ok & (phi < -slack))
+                          + np.count_nonzero(ok & (phi_rev < -slack)))
+            phi, phi_rev = np.clip(phi, 0.0, lam), np.clip(phi_rev, 0.0, lam)
+            keep = ok & (rng_accept.random(idx_t.size) * lam < phi)
+            with np.errstate(divide="ignore"):
+                terms = np.log(phi_rev[keep]) - np.log(phi[keep])
+            log_alpha2 += np.bincount(lev_t[keep], weights=terms, minlength=g)
+        log_alpha2[broken] = -np.inf
+    accepted = stage1 & (np.log(rng_accept.random(g)) < log_alpha2)
+    return LevelsInfo(accepted, stage1, int(idx.size),
+                      float(np.sum(rates.expected[stage1])), int(np.count_nonzero(full)),
+                      clipped)

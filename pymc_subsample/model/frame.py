@@ -203,7 +203,8 @@ class LevelFrame(LaplaceFrame):
     matrix. ``φ = Rᵀ(θ − θ̂)`` is ``(D^{1/2}δ_L + Wδ_F,\ L_Sᵀδ_F)``.
     """
 
-    def __init__(self, theta_hat: np.ndarray, precision: LevelHessian) -> None:
+    def __init__(self, theta_hat: np.ndarray, precision: LevelHessian,
+                 fixed_order: np.ndarray | None = None) -> None:
         self.theta_hat = np.array(theta_hat, dtype=np.float64)
         lay = precision.layout
         d = self.theta_hat.size
@@ -211,14 +212,18 @@ class LevelFrame(LaplaceFrame):
             raise ValueError(f"theta_hat has {d} coordinates, the precision {lay.dim}")
         self.precision, self.dim, self.layout = precision.symmetrised(), d, lay
         self.n_levels = lay.n_levels
-        self.order = np.concatenate([lay.levels, lay.fixed])
-        self._fixed, self._levels = lay.fixed, slice(lay.start, lay.stop)
+        # the order of the fixed coordinates in L_S (a permutation of lay.fixed's positions):
+        # any order whitens; one with some coordinates last lets a move hold them
+        perm = np.arange(lay.fixed.size) if fixed_order is None else np.asarray(fixed_order)
+        self._perm = perm
+        self.order = np.concatenate([lay.levels, lay.fixed[perm]])
+        self._fixed, self._levels = lay.fixed[perm], slice(lay.start, lay.stop)
         diag = self.precision.diag
         if not (precision.is_finite() and np.all(diag > 0.0)):
             raise self._not_positive_definite()
         self._sqrt_diag = np.sqrt(diag)
-        self._w = self.precision.coupling / self._sqrt_diag[:, None]
-        schur = self.precision.block - self._w.T @ self._w
+        self._w = self.precision.coupling[:, perm] / self._sqrt_diag[:, None]
+        schur = self.precision.block[np.ix_(perm, perm)] - self._w.T @ self._w
         try:
             self._chol_schur = scipy.linalg.cholesky(schur, lower=True)
         except (scipy.linalg.LinAlgError, ValueError):
@@ -297,7 +302,8 @@ class LevelFrame(LaplaceFrame):
         :class:`SplitRows` kept split (each row still on one level and the fixed block)."""
         if isinstance(rows, SplitRows):
             value = rows.value / self._sqrt_diag[rows.level]
-            fixed = (rows.fixed - value[:, None] * self._w[rows.level]) @ self._inv_chol_t
+            fixed = (rows.fixed[:, self._perm] - value[:, None] * self._w[rows.level]
+                     ) @ self._inv_chol_t
             return SplitRows(fixed, rows.level, value, rows.layout)
         rows = np.asarray(rows, dtype=np.float64)
         levels = rows[:, self._levels] / self._sqrt_diag
@@ -307,6 +313,30 @@ class LevelFrame(LaplaceFrame):
     def newton_step(self, grad_log_post: np.ndarray) -> np.ndarray:
         """``P⁻¹∇ log π = R^{-⊤}R⁻¹∇ log π``."""
         return self._unwhiten_step(self.whiten_gradient(grad_log_post))
+
+    def with_last(self, coordinates: np.ndarray) -> LevelFrame:
+        """The same ``V`` whitened with the fixed ``coordinates`` (indices into ``θ``) last in
+        ``L_S``: ``φ_L`` is unchanged and ``φ_F`` turns by an orthogonal matrix (both factors
+        are square roots of ``S``), so norms of whitened rows and of ``φ_F`` are unchanged, and
+        the trailing ``φ_F`` depend on those coordinates only (a move of the leading ones holds
+        them)."""
+        fixed = self.layout.fixed
+        last = np.isin(fixed, coordinates)
+        order = np.concatenate([np.flatnonzero(~last), np.flatnonzero(last)])
+        return LevelFrame(self.theta_hat, self.precision, fixed_order=order)
+
+    @property
+    def level_scale(self) -> np.ndarray:
+        """``D^{1/2}``: ``∂φ_k/∂u_k`` of each level (``φ_L = D^{1/2}δ_L + Wδ_F``)."""
+        return self._sqrt_diag
+
+    def level_conditional(self, theta: np.ndarray, centre: np.ndarray) -> np.ndarray:
+        """The levels' mean given ``θ``'s fixed coordinates under the Gaussian ``N(μ, I)`` in
+        ``φ`` (``μ = centre``): ``u_k = θ̂_k + (μ_k − (Wδ_F)_k)/D_k^{1/2}``, each with
+        precision ``D_k``."""
+        fixed = np.asarray(theta, dtype=np.float64)[self._fixed] - self.theta_hat[self._fixed]
+        return self.theta_hat[self._levels] + (
+            centre[: self.n_levels] - self._w @ fixed) / self._sqrt_diag
 
 
 def hessian_by_differences(gradient, theta: np.ndarray) -> np.ndarray:

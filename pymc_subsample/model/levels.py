@@ -25,10 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
-from pytensor.graph.traversal import ancestors, applys_between
-from pytensor.tensor.basic import get_underlying_scalar_constant_value
+from pytensor.graph.traversal import ancestors, applys_between, io_toposort
+from pytensor.raise_op import CheckAndRaise
+from pytensor.tensor.basic import Alloc, get_underlying_scalar_constant_value
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.shape import Reshape
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Subtensor
@@ -37,8 +40,10 @@ __all__ = [
     "MIN_SPLIT_LEVELS",
     "LevelHessian",
     "LevelLayout",
+    "LevelPrior",
     "SplitRows",
     "find_level_factor",
+    "prior_derivatives",
     "quadratic_form",
     "reads_levels",
 ]
@@ -269,3 +274,97 @@ def reads_levels(graph: Variable, theta: Variable, layout: LevelLayout) -> bool:
             if span is None or (span[0] < layout.stop and layout.start < span[1]):
                 return True
     return False
+
+
+def _elementwise_in(graph: Variable, vector: Variable) -> bool:
+    """Whether element ``k`` of the vector ``graph`` depends on ``vector`` through its element
+    ``k`` only: every node that reads ``vector`` (or what it feeds) is elementwise with
+    vector outputs, a check that passes its first input through, or an ``Alloc`` of a vector
+    to a vector (conservative: any other op reading it, a reduction, an index, answers no)."""
+    if graph.ndim != 1:
+        return False
+    dependent = {vector}
+    for node in io_toposort([vector], [graph]):
+        read = [i for i, v in enumerate(node.inputs) if v in dependent]
+        if not read:
+            continue
+        one_d = all(o.ndim == 1 for o in node.outputs)
+        ok = ((isinstance(node.op, Elemwise) and one_d
+               and all(node.inputs[i].ndim == 1 for i in read))
+              or (isinstance(node.op, CheckAndRaise) and read == [0])
+              or (isinstance(node.op, Alloc) and read == [0] and node.inputs[0].ndim == 1
+                  and one_d))
+        if not ok:
+            return False
+        dependent.update(node.outputs)
+    return graph in dependent
+
+
+class LevelPrior:
+    r"""The prior of a grouping factor's levels, level by level.
+
+    When ``log p0(θ) = Σ_k p_k(u_k, θ_F) + r(θ_F)`` (the levels' own prior terms elementwise in
+    ``u``, e.g. ``u ~ Normal(μ, s)``, and no other prior term or potential reading them), the
+    levels are independent given the fixed coordinates in the prior, and with rows that touch
+    one level each, in the posterior: the premise of the level moves
+    (``docs/methods/mhss.md``, "Moves of the levels"). :meth:`build` reads that structure off
+    the graph (None when it is not there) and compiles ``θ ↦ (p_k)_k`` and the first two
+    derivatives of each ``p_k`` in ``u_k``.
+    """
+
+    def __init__(self, layout: LevelLayout, terms_fn, derivatives_fn) -> None:
+        self.layout = layout
+        self._terms_fn, self._derivatives_fn = terms_fn, derivatives_fn
+
+    @classmethod
+    def build(cls, lik, layout: LevelLayout) -> LevelPrior | None:
+        """The level prior of ``lik`` (a :class:`~pymc_subsample.model.likelihood.
+        SubsampledLikelihood`) when its levels ``layout`` are one whole vector variable whose
+        prior factorises as above; else None."""
+        model, offset, level_value = lik.model, 0, None
+        for value, (_, shape) in zip(lik.value_vars, lik._ravel_info, strict=True):
+            size = int(np.prod(shape, dtype=int))
+            if offset == layout.start and size == layout.n_levels and len(shape) == 1:
+                level_value = value
+            offset += size
+        if level_value is None:
+            return None
+        level_rv = model.values_to_rvs[level_value]
+        others = [rv for rv in model.free_RVs if rv is not level_rv] + list(model.potentials)
+        (term,) = model.logp(vars=[level_rv], sum=False)
+        rest = model.logp(vars=others, sum=True) if others else pt.constant(0.0)
+        term, rest = lik.in_theta([pt.cast(term, "float64"), pt.cast(rest, "float64")])
+        if reads_levels(rest, lik.theta, layout):
+            return None
+        if not _elementwise_in(term, lik._value_to_theta[level_value]):
+            return None
+        first = pytensor.grad(term.sum(), lik.theta)[layout.start : layout.stop]
+        second = pytensor.grad(first.sum(), lik.theta)[layout.start : layout.stop]
+        prior = cls(layout, lik.compile([lik.theta], term),
+                    lik.compile([lik.theta], [first, second]))
+        # the split must add up to the prior the step uses
+        theta = lik.ravel(lik.initial_point)
+        terms = prior.terms(theta)
+        total = float(np.sum(terms)) + float(lik.compile([lik.theta], rest, once=True)(theta))
+        if terms.shape != (layout.n_levels,) or not np.isclose(total, lik.logp0(theta),
+                                                                 rtol=1e-9, atol=1e-9):
+            return None
+        return prior
+
+    def terms(self, theta: np.ndarray) -> np.ndarray:
+        """``(p_k(u_k, θ_F))_k``, shape ``(G,)``."""
+        return np.asarray(self._terms_fn(theta), dtype=np.float64)
+
+    def derivatives(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(∂p_k/∂u_k, ∂²p_k/∂u_k²)`` at ``θ``, each shape ``(G,)``."""
+        first, second = self._derivatives_fn(theta)
+        return np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+
+
+def prior_derivatives(lik, coordinates: np.ndarray):
+    """``θ ↦ (log p0(θ), ∇_H log p0(θ), ∇²_H log p0(θ))`` for the coordinates ``H`` of
+    ``θ``, compiled (to C: the level moves call it every iteration)."""
+    idx = [int(j) for j in coordinates]
+    grad = pytensor.grad(lik.logp0_graph, lik.theta, disconnected_inputs="ignore")
+    rows = [pytensor.grad(grad[j], lik.theta, disconnected_inputs="ignore")[idx] for j in idx]
+    return lik.compile([lik.theta], [lik.logp0_graph, grad[idx], pt.stack(rows)])

@@ -37,6 +37,7 @@ import scipy.linalg
 
 __all__ = [
     "PROPOSALS",
+    "BlockProposal",
     "IndependenceProposal",
     "LangevinProposal",
     "PCNProposal",
@@ -301,6 +302,46 @@ class LangevinProposal(RandomWalkProposal):
         resid = phi_to - phi_from - self.drift(grad_from)
         w = scipy.linalg.solve_triangular(self.chol, resid / self.scale, lower=True)
         return -0.5 * float(w @ w)
+
+
+class BlockProposal:
+    """A proposal that moves the coordinates ``φ[start:stop]`` only, by ``inner`` (a proposal
+    of their dimension); the others are held. Its q-ratio is ``inner``'s: the held coordinates
+    are the same in both directions. Its tuned parameter is ``inner``'s.
+
+    Parameters
+    ----------
+    inner
+        A proposal of dimension ``stop − start`` (:func:`make_proposal`).
+    start, stop : int
+    dim : int
+        ``d``, the length of ``φ``.
+    """
+
+    def __init__(self, inner, start: int, stop: int, dim: int) -> None:
+        if stop - start != inner.dim or not 0 <= start < stop <= dim:
+            raise ValueError(f"a block {start}:{stop} of {dim} coordinates does not fit a "
+                             f"proposal of dimension {inner.dim}")
+        self.inner, self.start, self.stop, self.dim = inner, int(start), int(stop), int(dim)
+        self.symmetric = inner.symmetric
+        self.parameter_symbol = inner.parameter_symbol
+        self.candidates = inner.candidates
+        self.min_accept = inner.min_accept
+
+    @property
+    def parameter(self) -> float:
+        return self.inner.parameter
+
+    @parameter.setter
+    def parameter(self, value: float) -> None:
+        self.inner.parameter = value
+
+    def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
+        """Return ``φ'`` (``φ`` with ``φ[start:stop]`` moved) and ``inner``'s log q-ratio."""
+        moved, log_q_ratio = self.inner.propose(rng, phi[self.start : self.stop])
+        phi_new = phi.copy()
+        phi_new[self.start : self.stop] = moved
+        return phi_new, log_q_ratio
 
 
 def _centre(centre: np.ndarray | None, dim: int) -> np.ndarray:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 from typing import Any
 
 import numpy as np
+from pymc.blocking import RaveledVars, StatsType
 from pymc.step_methods.state import dataclass_state
 
 from pymc_subsample.bounds import (
@@ -20,14 +22,19 @@ from pymc_subsample.bounds.choice import choose_rate_bound
 from pymc_subsample.bounds.user import UserBound, check_user_bound, user_row_constants
 from pymc_subsample.kernels.indexing import WeightedIndexSampler
 from pymc_subsample.kernels.mhss import ScalarRates, ThinningRates, mhss_accept
+from pymc_subsample.model.levels import prior_derivatives
 from pymc_subsample.model.setup import glm_data_pass
+from pymc_subsample.proposals.proposal import BlockProposal, make_proposal
 from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep, SubsamplingStepState
+from pymc_subsample.steps.level_moves import HyperMove, LevelMoves, level_structure
 
 __all__ = ["MHSS", "UserBound"]
 
 #: Share of moves (after tuning) decided on all rows above which a chain warns, and the draws
 #: it waits for before judging.
 FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
+
+_log = logging.getLogger("pymc_subsample")
 
 
 @dataclass_state
@@ -59,6 +66,13 @@ class MHSS(SubsamplingStep):
         Without one the step bounds the supported GLMs itself: Corollary 2's constants, or a
         bound with per-row rates when it expects fewer rows (:attr:`rate_bound`: rows that
         touch one level of a grouping factor, or one sampled scale for all rows).
+    level_moves : bool, optional
+        With a grouping factor of many levels (``u[g]``, 64 or more levels), alternate a move
+        of the other coordinates (the proposal, in the whitened ``φ_F`` with the levels'
+        ``φ_L`` held) with moves of the levels, one MHSS decision per level from its own rows
+        (:attr:`level_moves`; ``docs/methods/mhss.md``, "Moves of the levels"). ``None``
+        (default): whenever the model allows it; ``True``: refuse a model that does not (the
+        error says why); ``False``: one joint move of all coordinates.
     **kwargs
         ``temperature``, ``proposal`` (default ``"pcn"``), ``map_point``, ``proposal_cov``,
         ``scaling`` (the proposal's parameter: ``ρ``, default 0.5, for pCN), ``target_accept``
@@ -102,9 +116,13 @@ class MHSS(SubsamplingStep):
         "expected_rows": (np.float64, []),
         "full_data_fallback": (bool, []),
         "clipped": (np.int64, []),
+        "level_accept": (np.float64, []),
+        "level_rows": (np.int64, []),
+        "hyper_accept": (bool, []),
     }
 
-    def __init__(self, vars=None, *, cv_order: int = 2, bound: UserBound | None = None, **kwargs):
+    def __init__(self, vars=None, *, cv_order: int = 2, bound: UserBound | None = None,
+                 level_moves: bool | None = None, **kwargs):
         if cv_order is None:
             raise ValueError(
                 "MHSS needs control variates: cv_order must be 1 or 2 (got None). Use "
@@ -122,6 +140,10 @@ class MHSS(SubsamplingStep):
         #: Corollary 2's: the level bound (rows that touch one level of a grouping factor) or
         #: the shared-scale bound (two predictors, one sampled scale for all rows); else None
         self.rate_bound: LevelBound | SharedScaleBound | None = None
+        #: the moves of the levels (:mod:`pymc_subsample.steps.level_moves`), or None
+        self.level_moves: LevelMoves | None = None
+        #: the move of the coordinates no row reads (the group scale), with level moves
+        self.hyper_move: HyperMove | None = None
         if bound is None:
             # whitened constants from the reference fit's last pass, M from whitened points
             consts = self.reference.row_constants
@@ -129,7 +151,13 @@ class MHSS(SubsamplingStep):
             # families with unbounded derivatives: constants valid for ‖φ‖, ‖φ'‖ ≤ r only
             self.region_radius = self._reference_pass.region_radius
             self.sharp_angles = self._reference_pass.sharp_angles
-            if isinstance(consts, (LevelRows, SharedScaleRows)):
+            if level_moves is not False:
+                self._set_level_moves(consts, required=bool(level_moves))
+            if self.level_moves is not None:
+                # the level bound serves both moves: the fixed block's (φ_L held) too
+                self.rate_bound = self.level_moves.bound
+                consts = self.reference.row_constants = None
+            elif isinstance(consts, (LevelRows, SharedScaleRows)):
                 choice = choose_rate_bound(consts, lik.dim, self.cv_order, self.sharp_angles)
                 if choice.rate_bound_rows is not None:
                     self.setup_profile["rate_bound_rows"] = choice.rate_bound_rows
@@ -138,6 +166,9 @@ class MHSS(SubsamplingStep):
                 self.rate_bound = choice.rate_bound
                 consts = self.reference.row_constants = choice.constants
         else:
+            if level_moves:
+                raise ValueError("level_moves=True needs the step's own bound: a UserBound "
+                                 "bounds rows with one M for all, not level by level.")
             consts = user_row_constants(bound, self.theta_hat, lik.n_rows)
             user_scale = bound.remainder_scale
             self._remainder_scale = (
@@ -154,6 +185,66 @@ class MHSS(SubsamplingStep):
         #: (the fixed weights ``c̄_i`` of a :attr:`rate_bound`)
         self.row_constants = self.sampler.weights
         self._reset_fallback_count()
+
+    def _set_level_moves(self, rows, required: bool) -> None:
+        """Build :attr:`level_moves` (and :attr:`hyper_move`) when the model allows them: the
+        frame turned so that the coordinates no row reads are last in ``φ_F``, and the
+        proposal moving the other fixed coordinates only (``φ_L`` and those held)."""
+        found = level_structure(self, rows)
+        if isinstance(found, str):
+            if required:
+                raise ValueError(f"level_moves=True, but {found}. Leave level_moves=None to "
+                                 "move all coordinates jointly.")
+            _log.debug("no level moves: %s", found)
+            return
+        lik, hyper = self.likelihood, found.hyper
+        frame = self.frame.with_last(hyper)
+        self.frame = self.setup.frame = frame
+        self.laplace_centre = self.setup.laplace_centre = frame.whiten(self.reference.mode)
+        self.level_moves = LevelMoves(
+            frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
+            self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
+            self.region_radius)
+        if hyper.size:
+            self.hyper_move = HyperMove(prior_derivatives(lik, hyper), hyper, self.theta_hat)
+        g, kind = frame.n_levels, self.proposal_kind
+        stop = lik.dim - hyper.size
+        inner = make_proposal(
+            kind, stop - g, parameter=self.proposal.parameter,
+            df=self.proposal.df if kind == "independence" else None,
+            centre=None if kind == "random_walk" else self.laplace_centre[g:stop])
+        self.proposal = self.setup.proposal = BlockProposal(inner, g, stop, lik.dim)
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
+        """One iteration: the proposal's move (of the fixed block, with level moves), then,
+        with :attr:`level_moves`, one move of every level."""
+        q, (stats,) = super().astep(q0)
+        stats["level_accept"], stats["level_rows"], stats["hyper_accept"] = np.nan, 0, False
+        if self.level_moves is None:
+            return q, [stats]
+        theta = self._sampled(q.data)
+        if self.hyper_move is not None:
+            theta, hyper_accepted = self.hyper_move.move(theta, self.logp0(theta),
+                                                         self.rng_proposal, self.rng_accept)
+            stats["hyper_accept"] = hyper_accepted
+        self._non_finite = False
+        remainder = self.control_variate.remainder
+        sweep = self.level_moves.sweep(
+            theta, self._phi(theta),
+            lambda t, t_new, idx: self._finite_or_reject(remainder(t, t_new, idx)),
+            rng_proposal=self.rng_proposal, rng_index=self.rng_index,
+            rng_accept=self.rng_accept)
+        info = sweep.info
+        stats["level_accept"] = float(np.count_nonzero(info.accepted)) / sweep.n_moved
+        stats["level_rows"] = info.n_data
+        stats["n_data"] += info.n_data
+        stats["clipped"] += info.clipped
+        stats["non_finite"] = bool(stats["non_finite"] or self._non_finite)
+        if info.fallbacks and not stats["full_data_fallback"]:
+            stats["full_data_fallback"] = True
+            if not self.tune:  # one move of this iteration counted as decided on all rows
+                self.fallbacks_after_tuning += 1
+        return RaveledVars(self._returned(sweep.theta), q.point_map_info), [stats]
 
     def _reset_fallback_count(self) -> None:
         self.draws_after_tuning = self.fallbacks_after_tuning = 0

@@ -1,0 +1,269 @@
+r"""Moves of a grouping factor's levels, one MHSS decision per level (``docs/methods/mhss.md``,
+"Moves of the levels").
+
+With ``G`` levels ``u`` (random intercepts, ``η_i = x_{F,i}ᵀθ_F + t_i u_{k_i}``) one joint move of
+all ``d = d_F + G`` coordinates is accepted less and less often as ``G`` grows: each level's
+posterior departs a little from its Laplace approximation and the departures add up in one
+acceptance ratio. Given the fixed coordinates ``θ_F`` the levels are independent
+(:class:`~pymc_subsample.model.levels.LevelPrior`, and each row reads one level), so
+:class:`LevelMoves` moves all of them at once with ``G`` separate decisions. For level ``k``:
+
+- *proposal*: pCN (``ρ_L``, default 0: an independence draw) around the Gaussian of its
+  conditional given ``θ_F`` that the order-2 control variates and a second-order expansion of
+  its prior term give (mean ``m_k``, precision ``P_k``; for a Normal prior on ``u`` that is
+  exactly the stage-1 target, which then accepts every proposal);
+- *stage 1*: ``log α1_k = Δp_k + Σ_{i∈k} r̂_i + log q-ratio``, in ``O(d_F)`` from the per-level
+  sums ``∂_kΣℓ̂``, ``H_kk``, ``H_{kF}`` of the arrow Hessian;
+- *stage 2*: Poisson thinning of its own rows with the level bound's rates
+  (:class:`~pymc_subsample.bounds.levels.LevelMoveRates`), or all its rows when the rates reach
+  their number or a region family's move leaves the ball.
+
+The step alternates this with a move of the fixed block in the whitened coordinates ``φ_F``
+with ``φ_L`` held (:class:`~pymc_subsample.proposals.proposal.BlockProposal`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from pymc_subsample.bounds import LevelBound, LevelRows
+from pymc_subsample.kernels.mhss import LevelsInfo, mhss_accept_levels
+from pymc_subsample.model.frame import LevelFrame
+from pymc_subsample.model.levels import LevelHessian, LevelLayout, LevelPrior, reads_levels
+
+__all__ = ["HyperMove", "LevelMoves", "LevelStructure", "LevelSweep", "level_structure"]
+
+
+class LevelSweep(NamedTuple):
+    """One move of the levels: the new ``θ`` and what the decisions did."""
+
+    theta: np.ndarray
+    info: LevelsInfo
+    n_moved: int
+
+
+class LevelMoves:
+    """Per-level MHSS moves of a grouping factor's levels (module docstring).
+
+    Parameters
+    ----------
+    frame : LevelFrame
+    prior : LevelPrior
+    bound : LevelBound
+        The level bound on all rows; no row in its "several levels" category.
+    grad_sum : ndarray, shape (d,)
+        ``Σ_i ∇ℓ_i(θ̂)``.
+    hess_sum : LevelHessian
+        ``Σ_i ∇²ℓ_i(θ̂)``.
+    order : {1, 2}
+        The control variates' order (stage 1 uses the Hessian only at order 2; the proposal
+        always).
+    centre : ndarray, shape (d,)
+        ``μ``, the Laplace mode in ``φ``.
+    region_radius : float
+        ``r`` of the ball where the rows' constants hold (``inf``: everywhere).
+    rho : float
+        ``ρ_L`` of the levels' pCN.
+    """
+
+    def __init__(self, frame: LevelFrame, prior: LevelPrior, bound: LevelBound,
+                 grad_sum: np.ndarray, hess_sum: LevelHessian, order: int,
+                 centre: np.ndarray, region_radius: float, rho: float = 0.0) -> None:
+        self.frame, self.prior, self.bound = frame, prior, bound
+        lay = frame.layout
+        self.layout, self.n_levels = lay, lay.n_levels
+        self._levels = slice(lay.start, lay.stop)
+        self._fixed = lay.fixed
+        self._grad = np.asarray(grad_sum, dtype=np.float64)[self._levels]
+        self._diag, self._coupling = hess_sum.diag, hess_sum.coupling
+        self._theta_hat = frame.theta_hat
+        self.order, self.centre, self.region_radius = order, centre, region_radius
+        if not 0.0 <= rho < 1.0:
+            raise ValueError(f"the levels' pCN rho must be in [0, 1); got {rho!r}")
+        self.rho = float(rho)
+
+    def conditional_gaussian(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(m_k, P_k)``: the Gaussian in ``u_k`` given ``θ_F`` of the control variates'
+        quadratic and the prior term expanded to second order at the Laplace conditional mean
+        ``e_k`` (:meth:`LevelFrame.level_conditional`); where ``P_k`` is not positive (a
+        likelihood or prior that is not log-concave there), the Laplace conditional itself."""
+        e = self.frame.level_conditional(theta, self.centre)
+        at_e = theta.copy()
+        at_e[self._levels] = e
+        p1, p2 = self.prior.derivatives(at_e)
+        delta_fixed = theta[self._fixed] - self._theta_hat[self._fixed]
+        x_hat = self._theta_hat[self._levels]
+        # log π ≈ ½ A u² + B u in u_k: the control variates' H_kk, ∂_k and H_kF δ_F, the prior's
+        # p'(e), p''(e)
+        a = self._diag + p2
+        b = self._grad + self._coupling @ delta_fixed - self._diag * x_hat + p1 - p2 * e
+        precision = -a
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ok = (precision > 0.0) & np.isfinite(precision) & np.isfinite(b)
+            mean = np.where(ok, b / precision, e)
+        laplace = self.frame.level_scale ** 2
+        return mean, np.where(ok, precision, laplace)
+
+    def sweep(self, theta: np.ndarray, phi: np.ndarray,
+              remainder: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], *,
+              rng_proposal: np.random.Generator, rng_index: np.random.Generator,
+              rng_accept: np.random.Generator) -> LevelSweep:
+        """Move every level once: proposals, ``G`` decisions, the new ``θ``.
+
+        ``phi`` is ``φ(θ)``; ``remainder(θ, θ', idx)`` the rows' ``ξ_i`` (with every level
+        moved at once in ``θ'``, row ``i``'s is that of its own level's move)."""
+        lv, g = self._levels, self.n_levels
+        x = theta[lv]
+        mean, precision = self.conditional_gaussian(theta)
+        z = rng_proposal.standard_normal(g)
+        x_new = mean + self.rho * (x - mean) + math.sqrt(1.0 - self.rho**2) * z / np.sqrt(
+            precision)
+        log_q_ratio = 0.5 * precision * ((x_new - mean) ** 2 - (x - mean) ** 2)
+        theta_new = theta.copy()
+        theta_new[lv] = x_new
+        step = x_new - x
+        cv = self._grad * step
+        if self.order == 2:
+            x_hat = self._theta_hat[lv]
+            delta_fixed = theta[self._fixed] - self._theta_hat[self._fixed]
+            cv = cv + 0.5 * self._diag * ((x_new - x_hat) ** 2 - (x - x_hat) ** 2) + (
+                step * (self._coupling @ delta_fixed))
+        with np.errstate(invalid="ignore"):
+            log_alpha1 = self.prior.terms(theta_new) - self.prior.terms(theta) + cv + log_q_ratio
+        phi_new = phi.copy()
+        phi_new[:g] = phi[:g] + self.frame.level_scale * step
+        rates = self.bound.level_rates(phi, phi_new)
+        if math.isfinite(self.region_radius):
+            # a level's pair leaves the ball where the constants hold: all its rows (the
+            # switch depends on the pair {θ, θ'} of that level's move only)
+            norm2 = float(phi @ phi)
+            moved = norm2 - phi[:g] ** 2 + phi_new[:g] ** 2
+            rates.fallback = rates.fallback | (norm2 > self.region_radius**2) | (
+                moved > self.region_radius**2)
+        info = mhss_accept_levels(
+            log_alpha1, rates, remainder=lambda idx: remainder(theta, theta_new, idx),
+            rng_index=rng_index, rng_accept=rng_accept)
+        out = theta.copy()
+        out[lv] = np.where(info.accepted, x_new, x)
+        return LevelSweep(out, info, g)
+
+
+class HyperMove:
+    r"""An exact MH move of the coordinates no row reads (the group scale ``log s``), the rest
+    held: its target is ``log p0`` alone, so it reads no data.
+
+    The proposal is the Gaussian at the mode of ``log p0`` in those coordinates given the
+    others (:attr:`newton_steps` Newton steps from ``θ̂``'s values, a function of the held
+    coordinates only), with its negative Hessian as precision: an independence proposal of
+    the move, ``log α = log p0(θ') − log p0(θ) + log g(θ_H) − log g(θ'_H)``. Where Newton
+    meets a Hessian that is not negative definite the move is skipped (the identity, also a
+    function of the held coordinates). Given the levels the scale's conditional is sharp
+    (``G`` levels inform it), which the Laplace frame at the joint mode does not see: the
+    funnel of a centred hierarchy puts that mode's scale well below the posterior's.
+
+    Parameters
+    ----------
+    derivatives : callable
+        ``θ ↦ (log p0(θ), ∇_H log p0(θ), ∇²_H log p0(θ))``
+        (:func:`~pymc_subsample.model.levels.prior_derivatives`).
+    coordinates : ndarray of int
+        The coordinates moved ``H`` (indices into ``θ``).
+    theta_hat : ndarray
+    newton_steps : int
+    """
+
+    def __init__(self, derivatives, coordinates: np.ndarray, theta_hat: np.ndarray,
+                 newton_steps: int = 3) -> None:
+        self._derivatives = derivatives
+        self.coordinates = np.asarray(coordinates, dtype=np.int64)
+        self._start = np.asarray(theta_hat, dtype=np.float64)[self.coordinates]
+        self.newton_steps = int(newton_steps)
+
+    def _gradient_and_precision(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``∇_H log p0`` and ``−∇²_H log p0``."""
+        _, grad, hess = self._derivatives(theta)
+        hess = np.asarray(hess, dtype=np.float64)
+        return np.asarray(grad, dtype=np.float64), -0.5 * (hess + hess.T)
+
+    def proposal(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(m, chol(P))`` of the conditional's Gaussian given ``θ``'s other coordinates, or
+        None (no move)."""
+        h = self.coordinates
+        point = theta.copy()
+        point[h] = self._start
+        for step in range(self.newton_steps + 1):
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                grad, precision = self._gradient_and_precision(point)
+            if not (np.all(np.isfinite(grad)) and np.all(np.isfinite(precision))):
+                return None
+            try:
+                chol = np.linalg.cholesky(precision)
+            except np.linalg.LinAlgError:
+                return None
+            if step == self.newton_steps:
+                return point[h].copy(), chol
+            # a Newton step, at most one unit per coordinate (the scale's log lives there)
+            point[h] += np.clip(np.linalg.solve(precision, grad), -1.0, 1.0)
+        return None  # pragma: no cover
+
+    def move(self, theta: np.ndarray, logp0: float, rng_proposal: np.random.Generator,
+             rng_accept: np.random.Generator) -> tuple[np.ndarray, bool]:
+        """One MH move of the coordinates: the new ``θ`` and whether it was accepted."""
+        found = self.proposal(theta)
+        if found is None:
+            return theta, False
+        mean, chol = found
+        h = self.coordinates
+        current = theta[h]
+        # x = m + chol^{-T} z has precision chol cholᵀ
+        proposed = mean + np.linalg.solve(chol.T, rng_proposal.standard_normal(h.size))
+        theta_new = theta.copy()
+        theta_new[h] = proposed
+
+        def log_g(x):
+            w = chol.T @ (x - mean)
+            return -0.5 * float(w @ w)
+
+        logp0_new = self._derivatives(theta_new)[0]
+        log_alpha = float(logp0_new) - logp0 + log_g(current) - log_g(proposed)
+        if not np.isfinite(log_alpha) or not np.log(rng_accept.random()) < log_alpha:
+            return theta, False
+        return theta_new, True
+
+
+class LevelStructure(NamedTuple):
+    """What the level moves need from the model: the levels' prior and the coordinates no
+    row reads."""
+
+    prior: LevelPrior
+    hyper: np.ndarray
+
+
+def level_structure(step, rows) -> LevelStructure | str:
+    """The structure for level moves of an MHSS step under construction, or why there is
+    none (for the log, and for ``level_moves=True``)."""
+    frame, cv, lik = step.frame, step.control_variate, step.likelihood
+    if not isinstance(frame, LevelFrame):
+        return "the model has no grouping factor with 64 or more levels read as u[g]"
+    if step.bound is not None:
+        return "a UserBound bounds the rows"
+    if not isinstance(rows, LevelRows):
+        return "the rows are not bounded level by level (one predictor per row)"
+    if np.any(rows.category == rows.n_levels + 1):
+        return "some rows read several levels of the factor"
+    if cv is None or not isinstance(cv.hess_sum, LevelHessian):
+        return "the control variates' Hessian is not level-structured"
+    if step.proposal_kind == "random_walk" and step.proposal.chol is not None:
+        return "a proposal_cov was given (it shapes moves of all coordinates)"
+    prior = LevelPrior.build(lik, frame.layout)
+    if prior is None:
+        return ("the levels' prior is not elementwise given the other parameters (or another "
+                "prior term or potential reads the levels)")
+    lay = frame.layout
+    hyper = np.array([j for j in lay.fixed if not reads_levels(
+        lik.terms, lik.theta, LevelLayout(int(j), int(j) + 1, lay.dim))], dtype=np.int64)
+    return LevelStructure(prior, hyper)
