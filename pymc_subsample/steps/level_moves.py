@@ -152,14 +152,23 @@ class LevelMoves:
         return LevelSweep(out, info, g)
 
 
+#: Newton steps of the hyperparameters' proposal stop below this (in their coordinates).
+NEWTON_TOLERANCE = 1e-6
+
+#: Degrees of freedom of the hyperparameters' t proposal: heavier tails than the scale's
+#: conditional (exponential in ``log s`` on the right), so the independence move does not
+#: stick in them.
+HYPER_DF = 5.0
+
+
 class HyperMove:
     r"""An exact MH move of the coordinates no row reads (the group scale ``log s``), the rest
     held: its target is ``log p0`` alone, so it reads no data.
 
-    The proposal is the Gaussian at the mode of ``log p0`` in those coordinates given the
-    others (:attr:`newton_steps` Newton steps from ``θ̂``'s values, a function of the held
-    coordinates only), with its negative Hessian as precision: an independence proposal of
-    the move, ``log α = log p0(θ') − log p0(θ) + log g(θ_H) − log g(θ'_H)``. Where Newton
+    The proposal is centred at the mode of ``log p0`` in those coordinates given the others
+    (Newton from ``θ̂``'s values until a step is below :data:`NEWTON_TOLERANCE`, a function of
+    the held coordinates only), scaled by its negative Hessian there, and a multivariate t
+    (:data:`HYPER_DF`): an independence proposal of the move, ``log α = log p0(θ') − log p0(θ) + log g(θ_H) − log g(θ'_H)``. Where Newton
     meets a Hessian that is not negative definite the move is skipped (the identity, also a
     function of the held coordinates). Given the levels the scale's conditional is sharp
     (``G`` levels inform it), which the Laplace frame at the joint mode does not see: the
@@ -173,15 +182,15 @@ class HyperMove:
     coordinates : ndarray of int
         The coordinates moved ``H`` (indices into ``θ``).
     theta_hat : ndarray
-    newton_steps : int
+    max_newton_steps : int
     """
 
     def __init__(self, derivatives, coordinates: np.ndarray, theta_hat: np.ndarray,
-                 newton_steps: int = 3) -> None:
+                 max_newton_steps: int = 30) -> None:
         self._derivatives = derivatives
         self.coordinates = np.asarray(coordinates, dtype=np.int64)
         self._start = np.asarray(theta_hat, dtype=np.float64)[self.coordinates]
-        self.newton_steps = int(newton_steps)
+        self.max_newton_steps = int(max_newton_steps)
 
     def _gradient_and_precision(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``∇_H log p0`` and ``−∇²_H log p0``."""
@@ -195,7 +204,7 @@ class HyperMove:
         h = self.coordinates
         point = theta.copy()
         point[h] = self._start
-        for step in range(self.newton_steps + 1):
+        for step in range(self.max_newton_steps + 1):
             with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
                 grad, precision = self._gradient_and_precision(point)
             if not (np.all(np.isfinite(grad)) and np.all(np.isfinite(precision))):
@@ -204,10 +213,11 @@ class HyperMove:
                 chol = np.linalg.cholesky(precision)
             except np.linalg.LinAlgError:
                 return None
-            if step == self.newton_steps:
-                return point[h].copy(), chol
-            # a Newton step, at most one unit per coordinate (the scale's log lives there)
-            point[h] += np.clip(np.linalg.solve(precision, grad), -1.0, 1.0)
+            newton = np.linalg.solve(precision, grad)
+            if np.max(np.abs(newton)) < NEWTON_TOLERANCE or step == self.max_newton_steps:
+                return point[h] + newton, chol
+            # at most one unit per coordinate (the scale's log lives there)
+            point[h] += np.clip(newton, -1.0, 1.0)
         return None  # pragma: no cover
 
     def move(self, theta: np.ndarray, logp0: float, rng_proposal: np.random.Generator,
@@ -219,14 +229,16 @@ class HyperMove:
         mean, chol = found
         h = self.coordinates
         current = theta[h]
-        # x = m + chol^{-T} z has precision chol cholᵀ
-        proposed = mean + np.linalg.solve(chol.T, rng_proposal.standard_normal(h.size))
+        # a multivariate t of scale chol^{-T}: x = m + chol^{-T} z / √(χ²_ν/ν)
+        z = rng_proposal.standard_normal(h.size) / math.sqrt(
+            rng_proposal.chisquare(HYPER_DF) / HYPER_DF)
+        proposed = mean + np.linalg.solve(chol.T, z)
         theta_new = theta.copy()
         theta_new[h] = proposed
 
         def log_g(x):
             w = chol.T @ (x - mean)
-            return -0.5 * float(w @ w)
+            return -0.5 * (HYPER_DF + h.size) * math.log1p(float(w @ w) / HYPER_DF)
 
         logp0_new = self._derivatives(theta_new)[0]
         log_alpha = float(logp0_new) - logp0 + log_g(current) - log_g(proposed)

@@ -1,0 +1,284 @@
+"""MHSS's moves of the levels (``pymc_subsample.steps.level_moves``; docs/methods/mhss.md
+"Moves of the levels").
+
+The per-level rates against remainders computed from the logistic formula on random pairs that
+move the levels only (bound, symmetry, totals), their draws against Poisson processes of those
+rates level by level; the per-level kernel's acceptance against the exact MHSS acceptance
+probability; the levels' prior split and its refusals; the prior-only move of the group scale
+against its exact conditional; and the posterior of the alternating moves against NUTS.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.special import expit
+from scipy.stats import poisson
+
+import pymc_subsample as pms
+from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
+from pymc_subsample.datasets import random_effects_data, random_effects_model
+from pymc_subsample.kernels.mhss import mhss_accept_levels
+from pymc_subsample.model.levels import LevelPrior
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.passes import GLMPass
+from pymc_subsample.steps.level_moves import HyperMove
+from tests.family_checks import check_posterior
+from tests.make_glm_references import MANY_GROUPS
+from tests.pairs import assert_poisson_counts
+
+N_LEVELS, N_DENSE, N_ROWS = 30, 5, 2000
+
+
+def _level_rows(rng, order):
+    """Whitened rows with one level (90 %) or none, η̂, y and their level bound (logistic)."""
+    n, g = N_ROWS, N_LEVELS
+    xt = np.zeros((n, g + N_DENSE))
+    xt[:, g:] = rng.normal(size=(n, N_DENSE)) * 10 ** rng.uniform(-3, -1, size=(n, 1))
+    one = rng.uniform(size=n) < 0.9
+    xt[one, rng.integers(0, g, one.sum())] = 10 ** rng.uniform(-1.5, -0.5, one.sum())
+    eta_hat = rng.normal(size=n)
+    y = rng.binomial(1, expit(eta_hat)).astype(float)
+    sup = family("bernoulli_logit").row_sup(order, np.linalg.norm(xt, axis=1), y)
+    rows = LevelRows(*level_rows(order, sup, xt, g), n_levels=g, order=order)
+    return xt, eta_hat, y, LevelBound(rows, g + N_DENSE)
+
+
+def _remainders(order, eta_hat, y, a, a_new):
+    def f(eta):
+        return y * eta - np.logaddexp(0.0, eta)
+    p = expit(eta_hat)
+    taylor = (y - p) * (a_new - a)
+    if order == 2:
+        taylor = taylor + 0.5 * (-p * (1 - p)) * (a_new**2 - a**2)
+    return f(eta_hat + a_new) - f(eta_hat + a) - taylor
+
+
+def _level_pair(rng, size, dim):
+    phi = size * rng.standard_normal(dim) / math.sqrt(dim) * 3.0
+    phi_new = phi.copy()
+    phi_new[:N_LEVELS] += size * rng.uniform(0.05, 2.0) * rng.standard_normal(N_LEVELS)
+    return phi, phi_new
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_level_move_rates_bound_the_remainders_on_random_pairs(order):
+    """Pairs that move the levels only, 0.05 to 5 sds: ``|ξ_i| ≤ B_i``, ``B_i`` symmetric in
+    the pair, zero on rows of no level, ``Λ_k = Σ_{i∈k} B_i``."""
+    rng = np.random.default_rng(order)
+    xt, eta_hat, y, bound = _level_rows(rng, order)
+    dim, every = xt.shape[1], np.arange(N_ROWS)
+    worst = 0.0
+    for k in range(3000):
+        phi, phi_new = _level_pair(rng, 0.05 * 100 ** (k / 2999), dim)
+        rates = bound.level_rates(phi, phi_new)
+        coefficients, _ = bound.coefficients(phi, phi_new)
+        b = bound.sampler.weights * bound.polynomial(coefficients, every)
+        xi = _remainders(order, eta_hat, y, xt @ phi, xt @ phi_new)
+        assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-13), k
+        worst = max(worst, float(np.max(np.abs(xi) / np.where(b > 0, b, np.inf))))
+        none = bound.category == N_LEVELS
+        assert np.all(b[none] == 0.0)
+        if k % 500 == 0:
+            np.testing.assert_allclose(
+                rates.expected, np.bincount(bound.category[~none], b[~none], N_LEVELS),
+                rtol=1e-8)
+            back, _ = bound.coefficients(phi_new, phi)
+            np.testing.assert_allclose(bound.polynomial(back, every),
+                                       bound.polynomial(coefficients, every), rtol=1e-12)
+    assert worst > 0.05
+
+
+def test_level_move_rates_draw_a_poisson_process_per_level():
+    rng = np.random.default_rng(3)
+    xt, _, _, bound = _level_rows(rng, 2)
+    phi, phi_new = _level_pair(rng, 1.0, xt.shape[1])
+    rates = bound.level_rates(phi, phi_new)
+    coefficients, _ = bound.coefficients(phi, phi_new)
+    b = bound.sampler.weights * bound.polynomial(coefficients, np.arange(N_ROWS))
+    chosen = np.arange(N_LEVELS) % 3 != 0  # a mask: the other levels draw nothing
+    assert not rates.fallback.any()
+    counts, reps = np.zeros(N_ROWS), 4000
+    for _ in range(reps):
+        idx, level, kept = rates.draw(rng, chosen)
+        np.testing.assert_array_equal(level, bound.category[idx])
+        np.testing.assert_allclose(kept, b[idx], rtol=1e-12)
+        counts += np.bincount(idx, minlength=N_ROWS)
+    in_chosen = (bound.category < N_LEVELS) & chosen[np.minimum(bound.category, N_LEVELS - 1)]
+    assert counts[~in_chosen].sum() == 0
+    assert_poisson_counts(counts[in_chosen], b[in_chosen] * reps, least=20)
+    per_level = np.bincount(bound.category[in_chosen], counts[in_chosen], N_LEVELS)
+    np.testing.assert_array_equal(per_level == 0, ~chosen)
+    assert_poisson_counts(per_level[chosen], rates.expected[chosen] * reps, least=10)
+
+
+class _StubRates:
+    """Every level the same two rows, rates ``lam`` (the kernel's per-level interface)."""
+
+    def __init__(self, n_levels, lam, fallback=False):
+        self.lam = np.asarray(lam)
+        self.expected = np.full(n_levels, self.lam.sum())
+        self.fallback = np.full(n_levels, fallback)
+
+    def draw(self, rng, levels):
+        counts = rng.poisson(np.where(levels[:, None], self.lam[None, :], 0.0))
+        level, row = np.nonzero(counts)
+        level, row = np.repeat(level, counts[level, row]), np.repeat(row, counts[level, row])
+        return 2 * level + row, level, self.lam[row]
+
+    def rows_of(self, levels):
+        level = np.repeat(np.flatnonzero(levels), 2)
+        return 2 * level + np.tile([0, 1], level.size // 2), level
+
+
+def _exact_acceptance(xi, lam):
+    """``E[min(1, Π_i (φ'_i/φ_i)^{B_i})]``, ``B_i ~ Poisson(φ_i)``, by enumeration."""
+    phi, phi_rev = lam - np.maximum(xi, 0), lam - np.maximum(-xi, 0)
+    total = 0.0
+    for b0 in range(40):
+        for b1 in range(40):
+            ratio = (phi_rev[0] / phi[0]) ** b0 * (phi_rev[1] / phi[1]) ** b1
+            total += poisson.pmf(b0, phi[0]) * poisson.pmf(b1, phi[1]) * min(1.0, ratio)
+    return total
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_level_kernel_accepts_with_the_mhss_probability(sign):
+    """4000 levels at once, each two rows with ``ξ = ±(0.3, −0.5)``: the share accepted is
+    the exact MHSS acceptance probability (whose forward/backward ratio is ``e^{Σξ}``)."""
+    xi, lam, g = sign * np.array([0.3, -0.5]), np.array([0.8, 0.6]), 4000
+    exact = _exact_acceptance(xi, lam)
+    if sign > 0:  # detailed balance of the two directions, on the enumeration itself
+        assert exact / _exact_acceptance(-xi, lam) == pytest.approx(math.exp(xi.sum()),
+                                                                     rel=1e-9)
+    rng_index, rng_accept = np.random.default_rng(1), np.random.default_rng(2)
+    info = mhss_accept_levels(np.zeros(g), _StubRates(g, lam), remainder=lambda idx: xi[idx % 2],
+                              rng_index=rng_index, rng_accept=rng_accept)
+    share = info.accepted.mean()
+    assert abs(share - exact) < 4.5 * math.sqrt(exact * (1 - exact) / g)
+    assert info.clipped == 0 and info.fallbacks == 0
+    # the fallback sums ξ over the level's rows: acceptance min(1, e^{Σξ})
+    info = mhss_accept_levels(np.zeros(g), _StubRates(g, lam, fallback=True),
+                              remainder=lambda idx: xi[idx % 2], rng_index=rng_index,
+                              rng_accept=rng_accept)
+    p = min(1.0, math.exp(xi.sum()))
+    assert info.n_data == 2 * g and info.fallbacks == g
+    assert abs(info.accepted.mean() - p) < 4.5 * math.sqrt(p * (1 - p) / g) + 1e-12
+    # stage 1 rejects before any row is read
+    info = mhss_accept_levels(np.full(g, -np.inf), _StubRates(g, lam),
+                              remainder=lambda idx: xi[idx % 2], rng_index=rng_index,
+                              rng_accept=rng_accept)
+    assert not info.accepted.any() and info.n_data == 0
+
+
+@pytest.fixture(scope="module")
+def levels_model():
+    return random_effects_model(*random_effects_data(6000, 3, 80, seed=2), groups=80)
+
+
+def test_level_prior_splits_the_prior(levels_model):
+    lik = SubsampledLikelihood(levels_model)
+    layout = GLMPass(lik).levels
+    prior = LevelPrior.build(lik, layout)
+    assert prior is not None
+    rng = np.random.default_rng(0)
+    theta = rng.normal(scale=0.5, size=lik.dim)
+    terms = prior.terms(theta)
+    assert terms.shape == (80,)
+    # moving one level changes its own term only, by the prior's difference
+    moved = theta.copy()
+    moved[layout.start + 7] += 0.3
+    change = prior.terms(moved) - terms
+    assert np.count_nonzero(change) == 1
+    assert change[7] == pytest.approx(lik.logp0(moved) - lik.logp0(theta), rel=1e-10)
+    first, second = prior.derivatives(theta)
+    h = 1e-5
+    up, down = theta.copy(), theta.copy()
+    up[layout.start :layout.stop] += h
+    down[layout.start :layout.stop] -= h
+    np.testing.assert_allclose(first, (prior.terms(up) - prior.terms(down)) / (2 * h), rtol=1e-6)
+    s = np.exp(theta[layout.start - 1])  # u ~ N(0, s): ∂²/∂u² = −1/s²
+    np.testing.assert_allclose(second, -1.0 / s**2, rtol=1e-10)
+
+
+def _model_with_level_prior(kind):
+    rng = np.random.default_rng(1)
+    n, g = 3000, 70
+    group = rng.integers(0, g, n)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 5.0)
+        s = pm.HalfNormal("s", 1.0)
+        if kind == "mvnormal":
+            cov = 0.5 * np.eye(g) + 0.5
+            u = pm.MvNormal("u", mu=np.zeros(g), cov=cov)
+        else:
+            u = pm.Normal("u", 0.0, s, shape=g)
+            pm.Potential("sum_to_zero", pm.logp(pm.Normal.dist(0.0, 0.01), u.sum()))
+        pm.Bernoulli("y", logit_p=b + u[pm.Data("g", group)], observed=rng.integers(0, 2, n))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["mvnormal", "potential"])
+def test_coupled_level_priors_have_no_level_moves(kind):
+    """A prior that couples the levels has no per-level split: the joint move (None), and
+    ``level_moves=True`` says why."""
+    model = _model_with_level_prior(kind)
+    lik = SubsampledLikelihood(model)
+    layout = GLMPass(lik).levels
+    assert LevelPrior.build(lik, layout) is None
+
+
+def test_level_moves_refused_by_name_where_they_do_not_apply():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(2000, 3))
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 5.0, shape=3)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b, observed=rng.integers(0, 2, 2000))
+        with pytest.raises(ValueError, match="level_moves=True, but the model has no grouping"):
+            pms.MHSS(level_moves=True, progressbar=False)
+
+
+def test_hyper_move_samples_the_scales_conditional():
+    """The prior-only move of ``λ = log s`` given 200 levels (``u ~ N(0, s)``, ``s`` HalfNormal
+    with its log Jacobian): 20,000 moves against the conditional by quadrature."""
+    rng = np.random.default_rng(5)
+    u = rng.normal(0.0, 0.4, 200)
+    a, g = float(u @ u), u.size
+
+    def log_target(lam):
+        return -0.5 * a * np.exp(-2 * lam) - g * lam - 0.5 * np.exp(2 * lam) + lam
+
+    def derivatives(theta):
+        lam = theta[0]
+        grad = a * math.exp(-2 * lam) - g - math.exp(2 * lam) + 1
+        hess = -2 * a * math.exp(-2 * lam) - 2 * math.exp(2 * lam)
+        return log_target(lam), np.array([grad]), np.array([[hess]])
+
+    move = HyperMove(derivatives, np.array([0]), np.array([-3.0]))  # Newton from far away
+    theta, draws, accepted = np.array([0.0]), np.empty(20_000), 0
+    r1, r2 = np.random.default_rng(6), np.random.default_rng(7)
+    for k in range(draws.size):
+        theta, ok = move.move(theta, log_target(theta[0]), r1, r2)
+        draws[k], accepted = theta[0], accepted + ok
+    grid = np.linspace(-3.0, 1.0, 20_001)
+    w = np.exp(log_target(grid) - log_target(grid).max())
+    mean = float(np.sum(grid * w) / w.sum())
+    sd = float(np.sqrt(np.sum((grid - mean) ** 2 * w) / w.sum()))
+    assert accepted / draws.size > 0.9
+    assert abs(draws[1000:].mean() - mean) < 4.5 * sd / math.sqrt(draws.size / 2)
+    assert draws[1000:].std() == pytest.approx(sd, rel=0.05)
+
+
+@pytest.mark.slow
+def test_level_moves_match_nuts():
+    """The alternating moves (fixed block, group scale, levels) on 64 levels against the
+    stored NUTS reference on 12,000 rows, every coordinate (``b``, ``u``, ``s``)."""
+    with random_effects_model(*random_effects_data(12_000, 3, MANY_GROUPS, seed=5),
+                              groups=MANY_GROUPS) as model:
+        step = pms.MHSS(progressbar=False)
+    assert step.level_moves is not None and step.hyper_move is not None
+    check_posterior(model, step, "random_effects_many", others=("u", "s"), max_rows=40,
+                    case=(12_000, 3, 5), draws=3000)
