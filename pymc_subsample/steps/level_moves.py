@@ -34,8 +34,16 @@ from pymc_subsample.bounds import LevelBound, LevelRows
 from pymc_subsample.kernels.mhss import LevelsInfo, mhss_accept_levels
 from pymc_subsample.model.frame import LevelFrame
 from pymc_subsample.model.levels import LevelHessian, LevelLayout, LevelPrior, reads_levels
+from pymc_subsample.proposals.proposal import PCNProposal
 
-__all__ = ["HyperMove", "LevelMoves", "LevelStructure", "LevelSweep", "level_structure"]
+__all__ = [
+    "CollapsedFixedProposal",
+    "HyperMove",
+    "LevelMoves",
+    "LevelStructure",
+    "LevelSweep",
+    "level_structure",
+]
 
 
 class LevelSweep(NamedTuple):
@@ -168,7 +176,8 @@ class HyperMove:
     The proposal is centred at the mode of ``log p0`` in those coordinates given the others
     (Newton from ``θ̂``'s values until a step is below :data:`NEWTON_TOLERANCE`, a function of
     the held coordinates only), scaled by its negative Hessian there, and a multivariate t
-    (:data:`HYPER_DF`): an independence proposal of the move, ``log α = log p0(θ') − log p0(θ) + log g(θ_H) − log g(θ'_H)``. Where Newton
+    (:data:`HYPER_DF`): an independence proposal of the move,
+    ``log α = log p0(θ') − log p0(θ) + log g(θ_H) − log g(θ'_H)``. Where Newton
     meets a Hessian that is not negative definite the move is skipped (the identity, also a
     function of the held coordinates). Given the levels the scale's conditional is sharp
     (``G`` levels inform it), which the Laplace frame at the joint mode does not see: the
@@ -245,6 +254,106 @@ class HyperMove:
         if not np.isfinite(log_alpha) or not np.log(rng_accept.random()) < log_alpha:
             return theta, False
         return theta_new, True
+
+
+class CollapsedFixedProposal:
+    r"""The proposal of the fixed block's move with level moves: pCN on the coordinates ``b``
+    that rows read (the hyperparameters ``H`` held), the levels carried along with their
+    conditional mean.
+
+    Given ``θ_H`` the order-2 control variates, the levels' prior terms expanded to second
+    order at ``û`` (exact for ``u ~ Normal``) and the prior of ``b`` at ``θ̂`` make a Gaussian
+    in ``δ = θ − θ̂``: levels ``u`` with diagonal precision ``D_s`` (data and prior at the
+    current scale), coupled to ``b`` by ``C``, ``b`` by ``A``. Write ``u = m(b) + v`` with
+    ``m(b) = D_s^{-1}(r_L − Cδ_b)`` the levels' conditional mean; in that Gaussian ``b`` and
+    ``v`` are independent, ``b ~ N(b̄, S^{-1})`` with ``S = A − CᵀD_s^{-1}C``. The move holds
+    ``v`` and ``θ_H`` and moves ``b`` by pCN for ``N(b̄, S^{-1})``:
+    ``δ_b' = b̄ + ρ(δ_b − b̄) + √(1−ρ²) L_S^{-⊤}z``, ``δ_L' = δ_L − D_s^{-1}C(δ_b' − δ_b)``.
+    For fixed ``θ_H`` the map ``(b, u) ↦ (b, v)`` is a shear (unit Jacobian), so the proposal's
+    log q-ratio is pCN's, ``log g(b) − log g(b')``; the Gaussian depends on ``θ_H`` only, which
+    the move holds. The joint pCN around the Laplace frame at the joint mode cannot do this:
+    in a centred hierarchy that mode's scale lies well below the posterior's (the funnel), and
+    with it the levels' shrinkage the frame couples ``b`` to.
+
+    It speaks the proposals' interface in the frame's ``φ`` (:meth:`propose`, the tuned
+    :attr:`parameter` ``ρ``), so the step's MHSS decision, tuning and stats are unchanged.
+    """
+
+    symmetric = False
+    parameter_symbol = "ρ"
+    candidates = PCNProposal.candidates
+    min_accept = PCNProposal.min_accept
+
+    def __init__(self, frame: LevelFrame, prior: LevelPrior, grad_sum: np.ndarray,
+                 hess_sum: LevelHessian, prior_grad: np.ndarray, hyper: np.ndarray,
+                 rho: float = 0.5) -> None:
+        self.frame, self.prior, self.dim = frame, prior, frame.dim
+        lay = frame.layout
+        self._levels = slice(lay.start, lay.stop)
+        fixed = lay.fixed
+        moved = ~np.isin(fixed, hyper)
+        self._moved = fixed[moved]
+        theta_hat = frame.theta_hat
+        self._theta_hat = theta_hat
+        grad = np.asarray(grad_sum, dtype=np.float64)
+        # data: −H's level diagonal, coupling (levels × b) and b block; b's prior at θ̂ (its
+        # curvature from the frame's precision minus the data's)
+        self._data_diag = -hess_sum.diag
+        self._coupling = -hess_sum.coupling[:, moved]
+        block = np.ix_(moved, moved)
+        self._block = frame.precision.block[block]  # data and prior
+        self._r_levels_data = grad[self._levels]
+        self._r_moved = grad[self._moved] + np.asarray(prior_grad, dtype=np.float64)[self._moved]
+        self.parameter = rho
+
+    @property
+    def parameter(self) -> float:
+        return self.rho
+
+    @parameter.setter
+    def parameter(self, value: float) -> None:
+        value = float(value)
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"the pCN autocorrelation rho must be in [0, 1); got {value!r}")
+        self.rho = value
+
+    def gaussian(self, theta: np.ndarray):
+        """``(D_s, C/D_s, r_L/D_s, b̄, L_S)`` of the Gaussian given ``θ_H``, or None."""
+        at = self._theta_hat.copy()
+        hyper = np.ones(self.dim, dtype=bool)
+        hyper[self._levels] = False
+        hyper[self._moved] = False
+        at[hyper] = theta[hyper]  # θ̂ but for the held hyperparameters
+        p1, p2 = self.prior.derivatives(at)
+        diag = self._data_diag - p2
+        if not (np.all(diag > 0.0) and np.all(np.isfinite(diag)) and np.all(np.isfinite(p1))):
+            return None
+        r_levels = self._r_levels_data + p1
+        shear = self._coupling / diag[:, None]
+        schur = self._block - self._coupling.T @ shear
+        try:
+            chol = np.linalg.cholesky(schur)
+        except np.linalg.LinAlgError:
+            return None
+        mean = np.linalg.solve(schur, self._r_moved - shear.T @ r_levels)
+        return shear, mean, chol
+
+    def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
+        """Return ``φ'`` and ``log g(b) − log g(b')`` (no move when the Gaussian fails)."""
+        theta = self.frame.unwhiten(phi)
+        z = rng.standard_normal(self._moved.size)
+        found = self.gaussian(theta)
+        if found is None:
+            return phi, 0.0
+        shear, mean, chol = found
+        delta = theta[self._moved] - self._theta_hat[self._moved]
+        u = delta - mean
+        u_new = self.rho * u + math.sqrt(1.0 - self.rho**2) * np.linalg.solve(chol.T, z)
+        theta_new = theta.copy()
+        theta_new[self._moved] = self._theta_hat[self._moved] + mean + u_new
+        theta_new[self._levels] = theta[self._levels] - shear @ (u_new - u)
+        w, w_new = chol.T @ u, chol.T @ u_new
+        return self.frame.whiten(theta_new), 0.5 * float(w_new @ w_new - w @ w)
 
 
 class LevelStructure(NamedTuple):

@@ -26,7 +26,12 @@ from pymc_subsample.model.levels import prior_derivatives
 from pymc_subsample.model.setup import glm_data_pass
 from pymc_subsample.proposals.proposal import BlockProposal, make_proposal
 from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep, SubsamplingStepState
-from pymc_subsample.steps.level_moves import HyperMove, LevelMoves, level_structure
+from pymc_subsample.steps.level_moves import (
+    CollapsedFixedProposal,
+    HyperMove,
+    LevelMoves,
+    level_structure,
+)
 
 __all__ = ["MHSS", "UserBound"]
 
@@ -208,12 +213,20 @@ class MHSS(SubsamplingStep):
         if hyper.size:
             self.hyper_move = HyperMove(prior_derivatives(lik, hyper), hyper, self.theta_hat)
         g, kind = frame.n_levels, self.proposal_kind
-        stop = lik.dim - hyper.size
-        inner = make_proposal(
-            kind, stop - g, parameter=self.proposal.parameter,
-            df=self.proposal.df if kind == "independence" else None,
-            centre=None if kind == "random_walk" else self.laplace_centre[g:stop])
-        self.proposal = self.setup.proposal = BlockProposal(inner, g, stop, lik.dim)
+        if kind == "pcn":
+            # the levels carried along with their conditional mean at the current scale
+            proposal = CollapsedFixedProposal(
+                frame, found.prior, self.control_variate.grad_sum,
+                self.control_variate.hess_sum, lik.logp0_and_grad(self.theta_hat)[1], hyper,
+                rho=self.proposal.parameter)
+        else:  # the user's proposal on φ_F, φ_L and the hyperparameters held
+            stop = lik.dim - hyper.size
+            inner = make_proposal(
+                kind, stop - g, parameter=self.proposal.parameter,
+                df=self.proposal.df if kind == "independence" else None,
+                centre=None if kind == "random_walk" else self.laplace_centre[g:stop])
+            proposal = BlockProposal(inner, g, stop, lik.dim)
+        self.proposal = self.setup.proposal = proposal
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """One iteration: the proposal's move (of the fixed block, with level moves), then,
