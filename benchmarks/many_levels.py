@@ -7,11 +7,14 @@ rows, the peak resident memory of the process up to the end of the construction 
 imports included: ``getrusage``'s ``ru_maxrss``; ``tracemalloc`` slowed PyTensor's
 compilation severalfold), the rows read per iteration and, with ``--draws``, the minimum bulk
 ESS per iteration over every coordinate (``s`` included) and the sampling seconds of one
-chain. ``--nuts`` adds NumPyro's NUTS on the same model (one chain, ``--nuts-draws`` draws
-after as many tuning steps) and the whole wall time each takes to a minimum bulk ESS of 1000,
+chain (with the level moves, the default: the rows they read, the share of levels accepted
+and of the group scale's moves; ``--level-moves off``: one joint move). ``--nuts`` adds
+NumPyro's NUTS on the same model (one chain, ``--nuts-draws`` draws after as many tuning
+steps) and the whole wall time each takes to a minimum bulk ESS of 1000,
 extrapolated linearly from its run.
 
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000
+    python benchmarks/many_levels.py --case 1e5:1000 --draws 5000 --level-moves off
     python benchmarks/many_levels.py --case 1e6:10000 --draws 2000
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000 --nuts
     python benchmarks/many_levels.py --case 1e5:200:50 --draws 5000   # crossed 200 × 50
@@ -76,10 +79,11 @@ def min_ess(idata) -> tuple[float, str]:
     return smallest(name), name
 
 
-def run_mhss(model, draws: int, tune: int, seed: int, proposal: str) -> dict:
+def run_mhss(model, draws: int, tune: int, seed: int, proposal: str,
+             level_moves: bool | None = None) -> dict:
     t0 = time.perf_counter()
     with model:
-        step = pms.MHSS(proposal=proposal)
+        step = pms.MHSS(proposal=proposal, level_moves=level_moves)
     setup = time.perf_counter() - t0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes
     row = {"setup_s": setup, "passes": step.setup_profile["full_data_passes"],
@@ -92,6 +96,10 @@ def run_mhss(model, draws: int, tune: int, seed: int, proposal: str) -> dict:
         row["sample_s"] = time.perf_counter() - t0
         stats = idata.sample_stats
         row["rows_per_iter"] = float(stats["n_data"].mean())
+        row["level_rows"] = float(stats["level_rows"].mean())
+        row["level_accept"] = float(stats["level_accept"].mean())
+        row["hyper_accept"] = float(stats["hyper_accept"].mean())
+        row["sec_per_iter"] = row["sample_s"] / (draws + tune)
         row["accept"] = float(stats["accepted"].mean())
         row["all_rows"] = float(stats["full_data_fallback"].mean())
         ess, var = min_ess(idata)
@@ -122,17 +130,21 @@ def main(argv=None):
     parser.add_argument("--draws", type=int, default=5000, help="MHSS draws (0: setup only)")
     parser.add_argument("--tune", type=int, default=1000)
     parser.add_argument("--proposal", default="pcn", help="MHSS's proposal (its default)")
+    parser.add_argument("--level-moves", choices=("auto", "off"), default="auto",
+                        help="MHSS's level moves: auto (its default) or off (one joint move)")
     parser.add_argument("--nuts", action="store_true", help="NumPyro's NUTS side by side")
     parser.add_argument("--nuts-draws", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
+    level_moves = None if args.level_moves == "auto" else False
     print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"PyMC {pm.__version__}, MHSS proposal={args.proposal}, d_F = {args.dim + 1} "
-          f"(with log s), seed {args.seed}\n")
-    header = ("| N | G | setup s | passes | peak GB | rows/iter | accept | on all rows "
-              "| min ESS/iter (var) | sample s | to ESS 1000 s |")
+          f"PyMC {pm.__version__}, MHSS proposal={args.proposal}, "
+          f"level moves {args.level_moves}, d_F = {args.dim + 1} (with log s), seed {args.seed}, "
+          f"load average {os.getloadavg()[0]:.1f}\n")
+    header = ("| N | G | setup s | passes | peak GB | rows/iter (levels') | accept (levels, s) "
+              "| on all rows | min ESS/iter (var) | s/iter | sample s | to ESS 1000 s |")
     print(header)
-    print("|---" * 11 + "|")
+    print("|---" * 12 + "|")
     rows = []
     for case in args.case or ["1e5:1000"]:
         n, g, *g2 = (int(float(v)) for v in case.split(":"))
@@ -141,11 +153,13 @@ def main(argv=None):
         else:
             model = random_effects_model(*random_effects_data(n, args.dim, g, seed=args.seed),
                                          groups=g)
-        r = run_mhss(model, args.draws, args.tune, args.seed, args.proposal)
+        r = run_mhss(model, args.draws, args.tune, args.seed, args.proposal, level_moves)
         rows.append((n, g, r, model))
-        sampled = (f"{r['rows_per_iter']:.1f} | {r['accept']:.2f} | {r['all_rows']:.1%} | "
-                   f"{r['min_ess_per_iter']:.5f} ({r['slowest']}) | {r['sample_s']:.0f} | "
-                   f"{r['to_ess_1000_s']:.0f}" if args.draws else "– | – | – | – | – | –")
+        sampled = (f"{r['rows_per_iter']:.1f} ({r['level_rows']:.1f}) | {r['accept']:.2f} "
+                   f"({r['level_accept']:.2f}, {r['hyper_accept']:.2f}) | {r['all_rows']:.1%} | "
+                   f"{r['min_ess_per_iter']:.4f} ({r['slowest']}) | {r['sec_per_iter']:.4f} | "
+                   f"{r['sample_s']:.0f} | {r['to_ess_1000_s']:.0f}"
+                   if args.draws else "– | – | – | – | – | – | –")
         levels = f"{g:,} × {g2[0]:,}" if g2 else f"{g:,}"
         print(f"| {n:,} | {levels} | {r['setup_s']:.1f} | {r['passes']} | {r['peak_gb']:.2f} | "
               f"{sampled} |", flush=True)

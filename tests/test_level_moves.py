@@ -5,7 +5,8 @@ The per-level rates against remainders computed from the logistic formula on ran
 move the levels only (bound, symmetry, totals), their draws against Poisson processes of those
 rates level by level; the per-level kernel's acceptance against the exact MHSS acceptance
 probability; the levels' prior split and its refusals; the prior-only move of the group scale
-against its exact conditional; and the posterior of the alternating moves against NUTS.
+against its exact conditional. The posterior of the three moves against NUTS is
+``tests/test_many_levels.py::test_many_levels_match_nuts``.
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ from pymc_subsample.model.levels import LevelPrior
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
 from pymc_subsample.steps.level_moves import HyperMove
-from tests.family_checks import check_posterior
-from tests.make_glm_references import MANY_GROUPS
-from tests.pairs import assert_poisson_counts
+from tests.pairs import assert_poisson_counts, poisson_process_counts
 
 N_LEVELS, N_DENSE, N_ROWS = 30, 5, 2000
 
@@ -243,7 +242,7 @@ def test_level_moves_refused_by_name_where_they_do_not_apply():
 
 def test_hyper_move_samples_the_scales_conditional():
     """The prior-only move of ``λ = log s`` given 200 levels (``u ~ N(0, s)``, ``s`` HalfNormal
-    with its log Jacobian): 20,000 moves against the conditional by quadrature."""
+    with its log Jacobian): 8,000 moves against the conditional by quadrature."""
     rng = np.random.default_rng(5)
     u = rng.normal(0.0, 0.4, 200)
     a, g = float(u @ u), u.size
@@ -258,7 +257,7 @@ def test_hyper_move_samples_the_scales_conditional():
         return log_target(lam), np.array([grad]), np.array([[hess]])
 
     move = HyperMove(derivatives, np.array([0]), np.array([-3.0]))  # Newton from far away
-    theta, draws, accepted = np.array([0.0]), np.empty(20_000), 0
+    theta, draws, accepted = np.array([0.0]), np.empty(8_000), 0
     r1, r2 = np.random.default_rng(6), np.random.default_rng(7)
     for k in range(draws.size):
         theta, ok = move.move(theta, log_target(theta[0]), r1, r2)
@@ -272,13 +271,19 @@ def test_hyper_move_samples_the_scales_conditional():
     assert draws[1000:].std() == pytest.approx(sd, rel=0.05)
 
 
-@pytest.mark.slow
-def test_level_moves_match_nuts():
-    """The alternating moves (fixed block, group scale, levels) on 64 levels against the
-    stored NUTS reference on 12,000 rows, every coordinate (``b``, ``u``, ``s``)."""
-    with random_effects_model(*random_effects_data(12_000, 3, MANY_GROUPS, seed=5),
-                              groups=MANY_GROUPS) as model:
-        step = pms.MHSS(progressbar=False)
-    assert step.level_moves is not None and step.hyper_move is not None
-    check_posterior(model, step, "random_effects_many", others=("u", "s"), max_rows=40,
-                    case=(12_000, 3, 5), draws=3000)
+def test_category_rates_draw_a_poisson_process_of_any_move():
+    """The fixed block's rates (any pair), drawn category by category: a Poisson process of
+    the rates ``B_i`` of :meth:`LevelBound.rates`, on rows of a level and of none."""
+    rng = np.random.default_rng(9)
+    xt, _, _, bound = _level_rows(rng, 2)
+    dim = xt.shape[1]
+    phi = rng.standard_normal(dim)
+    phi_new = 0.8 * phi + 0.6 * rng.standard_normal(dim)
+    rates = bound.category_rates(phi, phi_new)
+    b = bound.rates(phi, phi_new).row_rates(np.arange(N_ROWS))
+    np.testing.assert_allclose(rates.row_rates(np.arange(N_ROWS)), b, rtol=1e-12)
+    assert rates.expected == pytest.approx(b.sum(), rel=1e-8)
+    counts, expected = poisson_process_counts(rates, N_ROWS, rng, reps=5000)
+    assert_poisson_counts(counts, expected, least=20)
+    none = bound.category == N_LEVELS
+    assert abs(counts[none].sum() - expected[none].sum()) < 4.5 * math.sqrt(expected[none].sum())

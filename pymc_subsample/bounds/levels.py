@@ -57,8 +57,8 @@ from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.bounds.remainder import check_order
 from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
-__all__ = ["LevelBound", "LevelMoveRates", "LevelRates", "LevelRows", "level_rows",
-           "split_level_rows"]
+__all__ = ["CategoryRates", "LevelBound", "LevelMoveRates", "LevelRates", "LevelRows",
+           "level_rows", "split_level_rows"]
 
 #: ``κ_k`` of the scalar remainder bounds (module docstring).
 ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0}
@@ -275,8 +275,14 @@ class LevelBound:
         coordinates only), level by level (:class:`LevelMoveRates`)."""
         if self._by_level is None:
             self._index_levels()
-        coefficients, envelope = self.coefficients(phi, phi_new)
-        return LevelMoveRates(self, coefficients, envelope)
+        return LevelMoveRates(self, *self.coefficients(phi, phi_new))
+
+    def category_rates(self, phi: np.ndarray, phi_new: np.ndarray) -> CategoryRates:
+        """The rates of any move ``φ → φ'`` drawn category by category
+        (:class:`CategoryRates`): the fixed block's move beside the level moves."""
+        if self._by_level is None:
+            self._index_levels()
+        return CategoryRates(self, *self.coefficients(phi, phi_new))
 
     def _index_levels(self) -> None:
         """The rows sorted by level (stable), each level's span in that order, and the largest
@@ -301,51 +307,95 @@ class LevelBound:
         return factor
 
 
-class LevelMoveRates:
+class _ByCategory:
+    r"""Rows drawn category by category (a level, none, several): a Poisson process of rates
+    ``B_i = c̄_i P_k(ρ_i)`` on category ``k`` is ``Poisson(n_k c̄^{max}_k \bar M_k)`` rows
+    uniform among its ``n_k`` rows, each kept with probability
+    ``c̄_i P_k(ρ_i) / (c̄^{max}_k \bar M_k)`` (``c̄^{max}_k`` its largest weight, ``\bar M_k``
+    its polynomial's largest value over ``ρ ∈ [0, 1]``), independent across categories and
+    drawn without reading data. Its envelope is each category's own, not the largest."""
+
+    def __init__(self, bound: LevelBound, coefficients: np.ndarray, envelope: np.ndarray):
+        self._bound, self._coefficients, self._envelope = bound, coefficients, envelope
+        #: ``Λ_k = Σ_{i ∈ k} B_i`` per category
+        self.category_expected = np.sum(coefficients * bound.moments, axis=1)
+        self._count = bound._level_count
+        #: mean candidate rows per category
+        self._draws = self._count * bound._level_top * envelope
+
+    def _rows(self, rng: np.random.Generator, counts: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``counts[k]`` candidates uniform in each category, thinned: (rows, category, B_i)."""
+        bound = self._bound
+        total = int(counts.sum())
+        if total == 0:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, np.empty(0)
+        category = np.repeat(np.arange(counts.size), counts)
+        size = self._count[category]
+        pos = bound._level_start[category] + np.minimum(
+            (rng.random(total) * size).astype(np.int64), size - 1)
+        idx = bound._by_level[pos].astype(np.int64)
+        rates = bound.sampler.weights[idx] * bound.polynomial(self._coefficients, idx)
+        ceiling = bound._level_top[category] * self._envelope[category]
+        keep = rng.random(total) * ceiling < rates
+        return idx[keep], category[keep], rates[keep]
+
+    def row_rates(self, idx: np.ndarray) -> np.ndarray:
+        """``B_i`` of the rows ``idx``."""
+        return self._bound.sampler.weights[idx] * self._bound.polynomial(self._coefficients,
+                                                                         idx)
+
+
+class CategoryRates(_ByCategory):
+    """The rates of any move, drawn category by category (:class:`_ByCategory`), as the MHSS
+    kernel reads them (:class:`pymc_subsample.kernels.mhss.ThinningRates`): ``draw(rng, K)``
+    with ``K ~ Poisson(envelope)`` splits the ``K`` candidates among the categories in
+    proportion to their means, which makes them independent Poisson counts. With many levels
+    the global envelope of :class:`LevelRates` (the largest level's factor times all weights)
+    draws far more candidates than rows kept; this one's are each category's own."""
+
+    def __init__(self, bound: LevelBound, coefficients: np.ndarray, envelope: np.ndarray):
+        super().__init__(bound, coefficients, envelope)
+        self.envelope = float(np.sum(self._draws))
+        self.expected = float(np.sum(self.category_expected))
+
+    def draw(self, rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+        if size == 0 or self.envelope <= 0.0:
+            return np.empty(0, dtype=np.int64), np.empty(0)
+        cdf = np.cumsum(self._draws)
+        which = np.minimum(np.searchsorted(cdf, rng.random(size) * cdf[-1], side="right"),
+                           cdf.size - 1)
+        idx, _, rates = self._rows(rng, np.bincount(which, minlength=cdf.size))
+        return idx, rates
+
+
+class LevelMoveRates(_ByCategory):
     r"""The rates ``B_i`` of simultaneous moves of the levels, one Poisson process per level.
 
     For a move that changes level coordinates only (``φ'_D = φ_D``), level ``k``'s rows have
     rates ``B_i = c̄_i P_k(ρ_i)`` that depend on the pair through ``φ_k``, ``φ'_k`` and
-    ``φ_D`` only, and the rows touching no level have rate 0. Level ``k``'s rows are drawn
-    apart from the others': ``K_k ~ Poisson(n_k c̄^{max}_k ar M_k)`` rows uniform among its
-    ``n_k`` rows, each kept with probability ``c̄_i P_k(ρ_i) / (c̄^{max}_k ar M_k)``
-    (``c̄^{max}_k`` its largest weight, ``ar M_k`` its polynomial's largest value): a Poisson
-    process of rate ``B_i`` on its rows, independent across levels, drawn without reading data.
-    A level whose ``n_k c̄^{max}_k ar M_k`` reaches ``n_k`` is decided on all its rows
-    (:attr:`fallback`).
+    ``φ_D`` only, and the rows touching no level have rate 0; each level's rows are drawn
+    apart (:class:`_ByCategory`). A level whose ``n_k c̄^{max}_k \bar M_k`` reaches ``n_k`` is
+    decided on all its rows (:attr:`fallback`).
     """
 
     def __init__(self, bound: LevelBound, coefficients: np.ndarray, envelope: np.ndarray):
+        super().__init__(bound, coefficients, envelope)
         g = bound.n_levels
-        self._bound, self._coefficients = bound, coefficients
-        self._envelope = envelope[:g]
-        #: ``Λ_k = Σ_{i ∈ k} B_i``, the expected rows of each level's decision
-        self.expected = np.sum(coefficients[:g] * bound.moments[:g], axis=1)
-        self._count = bound._level_count[:g]
-        self._draws = self._count * bound._level_top[:g] * self._envelope
+        #: ``Λ_k``, the expected rows of each level's decision
+        self.expected = self.category_expected[:g]
         #: levels whose thinning would draw as many rows as they have: decided on all rows
-        self.fallback = ~(self._draws < self._count)
+        self.fallback = ~(self._draws[:g] < self._count[:g])
 
     def draw(self, rng: np.random.Generator, levels: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rows of the Poisson processes of rates ``B_i`` of the levels in the mask ``levels``:
         ``(rows, their level, their B_i)``."""
-        bound = self._bound
-        lam = np.where(levels & ~self.fallback, self._draws, 0.0)
-        counts = rng.poisson(lam)
-        total = int(counts.sum())
-        if total == 0:
-            empty = np.empty(0, dtype=np.int64)
-            return empty, empty, np.empty(0)
-        level = np.repeat(np.arange(lam.size), counts)
-        size = self._count[level]
-        pos = bound._level_start[level] + np.minimum(
-            (rng.random(total) * size).astype(np.int64), size - 1)
-        idx = bound._by_level[pos].astype(np.int64)
-        rates = bound.sampler.weights[idx] * bound.polynomial(self._coefficients, idx)
-        ceiling = bound._level_top[level] * self._envelope[level]
-        keep = rng.random(total) * ceiling < rates
-        return idx[keep], level[keep], rates[keep]
+        g = self._bound.n_levels
+        lam = np.zeros(self._draws.size)
+        lam[:g] = np.where(levels & ~self.fallback, self._draws[:g], 0.0)
+        return self._rows(rng, rng.poisson(lam))
 
     def rows_of(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """All rows of the levels in the mask ``levels`` and their level (the fallback)."""

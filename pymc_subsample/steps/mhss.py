@@ -294,6 +294,10 @@ class MHSS(SubsamplingStep):
         if self.rate_bound is None or self._outside_region(phi, phi_new):
             return ScalarRates(self._remainder_scale(theta, theta_new, phi, phi_new),
                                self.sampler)
+        if self.level_moves is not None:
+            # the fixed block's move changes every level a little: each category's own
+            # envelope, not the largest level's over all rows
+            return self.rate_bound.category_rates(phi, phi_new)
         return self.rate_bound.rates(phi, phi_new)
 
     def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
