@@ -80,10 +80,11 @@ def min_ess(idata) -> tuple[float, str]:
 
 
 def run_mhss(model, draws: int, tune: int, seed: int, proposal: str,
-             level_moves: bool | None = None) -> dict:
+             level_moves: bool | None = None, level_fraction: float = 1.0) -> dict:
     t0 = time.perf_counter()
     with model:
-        step = pms.MHSS(proposal=proposal, level_moves=level_moves)
+        step = pms.MHSS(proposal=proposal, level_moves=level_moves,
+                        level_fraction=level_fraction)
     setup = time.perf_counter() - t0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes
     row = {"setup_s": setup, "passes": step.setup_profile["full_data_passes"],
@@ -132,6 +133,8 @@ def main(argv=None):
     parser.add_argument("--proposal", default="pcn", help="MHSS's proposal (its default)")
     parser.add_argument("--level-moves", choices=("auto", "off"), default="auto",
                         help="MHSS's level moves: auto (its default) or off (one joint move)")
+    parser.add_argument("--level-fraction", type=float, default=1.0,
+                        help="MHSS's level_fraction: the share of levels moved an iteration")
     parser.add_argument("--nuts", action="store_true", help="NumPyro's NUTS side by side")
     parser.add_argument("--nuts-draws", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
@@ -139,7 +142,8 @@ def main(argv=None):
     level_moves = None if args.level_moves == "auto" else False
     print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"PyMC {pm.__version__}, MHSS proposal={args.proposal}, "
-          f"level moves {args.level_moves}, d_F = {args.dim + 1} (with log s), seed {args.seed}, "
+          f"level moves {args.level_moves} (fraction {args.level_fraction}), "
+          f"d_F = {args.dim + 1} (with log s), seed {args.seed}, "
           f"load average {os.getloadavg()[0]:.1f}\n")
     header = ("| N | G | setup s | passes | peak GB | rows/iter (levels') | accept (levels, s) "
               "| on all rows | min ESS/iter (var) | s/iter | sample s | to ESS 1000 s |")
@@ -153,7 +157,8 @@ def main(argv=None):
         else:
             model = random_effects_model(*random_effects_data(n, args.dim, g, seed=args.seed),
                                          groups=g)
-        r = run_mhss(model, args.draws, args.tune, args.seed, args.proposal, level_moves)
+        r = run_mhss(model, args.draws, args.tune, args.seed, args.proposal, level_moves,
+                     args.level_fraction)
         rows.append((n, g, r, model))
         sampled = (f"{r['rows_per_iter']:.1f} ({r['level_rows']:.1f}) | {r['accept']:.2f} "
                    f"({r['level_accept']:.2f}, {r['hyper_accept']:.2f}) | {r['all_rows']:.1%} | "

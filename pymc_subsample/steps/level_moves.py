@@ -51,7 +51,8 @@ class LevelSweep(NamedTuple):
 
     theta: np.ndarray
     info: LevelsInfo
-    n_moved: int
+    #: the levels moved (all, unless a fraction of them is moved each iteration)
+    moved: np.ndarray
 
 
 class LevelMoves:
@@ -76,11 +77,16 @@ class LevelMoves:
         ``r`` of the ball where the rows' constants hold (``inf``: everywhere).
     rho : float
         ``ρ_L`` of the levels' pCN.
+    fraction : float
+        Each level is moved in an iteration with this probability, independently of the
+        others and of the state (a random scan: each choice of levels is a kernel that leaves
+        ``π`` invariant, and so is their mixture); 1: every level.
     """
 
     def __init__(self, frame: LevelFrame, prior: LevelPrior, bound: LevelBound,
                  grad_sum: np.ndarray, hess_sum: LevelHessian, order: int,
-                 centre: np.ndarray, region_radius: float, rho: float = 0.0) -> None:
+                 centre: np.ndarray, region_radius: float, rho: float = 0.0,
+                 fraction: float = 1.0) -> None:
         self.frame, self.prior, self.bound = frame, prior, bound
         lay = frame.layout
         self.layout, self.n_levels = lay, lay.n_levels
@@ -93,6 +99,9 @@ class LevelMoves:
         if not 0.0 <= rho < 1.0:
             raise ValueError(f"the levels' pCN rho must be in [0, 1); got {rho!r}")
         self.rho = float(rho)
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"level_fraction must be in (0, 1]; got {fraction!r}")
+        self.fraction = float(fraction)
 
     def conditional_gaussian(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(m_k, P_k)``: the Gaussian in ``u_k`` given ``θ_F`` of the control variates'
@@ -130,7 +139,11 @@ class LevelMoves:
         z = rng_proposal.standard_normal(g)
         x_new = mean + self.rho * (x - mean) + math.sqrt(1.0 - self.rho**2) * z / np.sqrt(
             precision)
-        log_q_ratio = 0.5 * precision * ((x_new - mean) ** 2 - (x - mean) ** 2)
+        chosen = (rng_proposal.random(g) < self.fraction if self.fraction < 1.0
+                  else np.ones(g, dtype=bool))
+        x_new = np.where(chosen, x_new, x)
+        log_q_ratio = np.where(chosen, 0.5 * precision * ((x_new - mean) ** 2 - (x - mean) ** 2),
+                               0.0)
         theta_new = theta.copy()
         theta_new[lv] = x_new
         step = x_new - x
@@ -157,7 +170,7 @@ class LevelMoves:
             rng_index=rng_index, rng_accept=rng_accept)
         out = theta.copy()
         out[lv] = np.where(info.accepted, x_new, x)
-        return LevelSweep(out, info, g)
+        return LevelSweep(out, info, chosen)
 
 
 #: Newton steps of the hyperparameters' proposal stop below this (in their coordinates).

@@ -78,6 +78,10 @@ class MHSS(SubsamplingStep):
         (:attr:`level_moves`; ``docs/methods/mhss.md``, "Moves of the levels"). ``None``
         (default): whenever the model allows it; ``True``: refuse a model that does not (the
         error says why); ``False``: one joint move of all coordinates.
+    level_fraction : float
+        With level moves: the probability with which each level is moved in an iteration
+        (independently; 1, the default: every level). Fewer rows an iteration, less mixing of
+        the levels.
     **kwargs
         ``temperature``, ``proposal`` (default ``"pcn"``), ``map_point``, ``proposal_cov``,
         ``scaling`` (the proposal's parameter: ``ρ``, default 0.5, for pCN), ``target_accept``
@@ -127,12 +131,15 @@ class MHSS(SubsamplingStep):
     }
 
     def __init__(self, vars=None, *, cv_order: int = 2, bound: UserBound | None = None,
-                 level_moves: bool | None = None, **kwargs):
+                 level_moves: bool | None = None, level_fraction: float = 1.0, **kwargs):
         if cv_order is None:
             raise ValueError(
                 "MHSS needs control variates: cv_order must be 1 or 2 (got None). Use "
                 "AusterityMH or BarkerMinibatch for subsampling without control variates."
             )
+        if not 0.0 < level_fraction <= 1.0:
+            raise ValueError(f"level_fraction must be in (0, 1] (the probability that a level "
+                             f"is moved in an iteration); got {level_fraction!r}")
         self.bound = bound
         #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
         self.region_radius = math.inf
@@ -157,7 +164,8 @@ class MHSS(SubsamplingStep):
             self.region_radius = self._reference_pass.region_radius
             self.sharp_angles = self._reference_pass.sharp_angles
             if level_moves is not False:
-                self._set_level_moves(consts, required=bool(level_moves))
+                self._set_level_moves(consts, required=bool(level_moves),
+                                      fraction=level_fraction)
             if self.level_moves is not None:
                 # the level bound serves both moves: the fixed block's (φ_L held) too
                 self.rate_bound = self.level_moves.bound
@@ -191,7 +199,7 @@ class MHSS(SubsamplingStep):
         self.row_constants = self.sampler.weights
         self._reset_fallback_count()
 
-    def _set_level_moves(self, rows, required: bool) -> None:
+    def _set_level_moves(self, rows, required: bool, fraction: float) -> None:
         """Build :attr:`level_moves` (and :attr:`hyper_move`) when the model allows them: the
         frame turned so that the coordinates no row reads are last in ``φ_F``, and the
         proposal moving the other fixed coordinates only (``φ_L`` and those held)."""
@@ -209,7 +217,7 @@ class MHSS(SubsamplingStep):
         self.level_moves = LevelMoves(
             frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
             self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
-            self.region_radius)
+            self.region_radius, fraction=fraction)
         if hyper.size:
             self.hyper_move = HyperMove(prior_derivatives(lik, hyper), hyper, self.theta_hat)
         g, kind = frame.n_levels, self.proposal_kind
@@ -248,7 +256,9 @@ class MHSS(SubsamplingStep):
             rng_proposal=self.rng_proposal, rng_index=self.rng_index,
             rng_accept=self.rng_accept)
         info = sweep.info
-        stats["level_accept"] = float(np.count_nonzero(info.accepted)) / sweep.n_moved
+        moved = int(np.count_nonzero(sweep.moved))
+        stats["level_accept"] = (float(np.count_nonzero(info.accepted & sweep.moved)) / moved
+                                 if moved else np.nan)
         stats["level_rows"] = info.n_data
         stats["n_data"] += info.n_data
         stats["clipped"] += info.clipped
