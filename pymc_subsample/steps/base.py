@@ -233,15 +233,19 @@ class SubsamplingStep(ProgressBar, TunedProposal, Coordinates, ArrayStepShared):
             self._cached_theta, self._cached_phi = theta_new, phi_new
             self._cached_logp0 = logp0_new
         if esjd_tuning:
-            jump = phi_new - phi
-            self._tuner.record(float(jump @ jump) if accepted else 0.0, stats["n_data"],
-                               accepted)
+            self._tuner.record(self._jump_sq(phi, phi_new) if accepted else 0.0,
+                               stats["n_data"], accepted)
         elif self.tune and self._adapt:
             self.proposal.parameter = self._adapter.update(self.proposal.parameter, accepted)
         stats["accepted"] = accepted
         stats["scaling"] = self.proposal.parameter
         return RaveledVars(self._returned(theta_new if accepted else theta),
                            q0.point_map_info), [stats]
+
+    def _jump_sq(self, phi: np.ndarray, phi_new: np.ndarray) -> float:
+        """The squared jump the tuner credits an accepted move with: ``‖φ' − φ‖²``."""
+        jump = phi_new - phi
+        return float(jump @ jump)
 
     def _decide(self, move: Move) -> tuple[bool, dict[str, Any]]:
         """Accept or reject the move; the stats of the class's own ``stats_dtypes_shapes``

@@ -322,6 +322,7 @@ class CollapsedFixedProposal:
         self._r_levels_data = grad[self._levels]
         self._r_moved = grad[self._moved] + np.asarray(prior_grad, dtype=np.float64)[self._moved]
         self.parameter = rho
+        self.last_jump_sq = 0.0
 
     @property
     def parameter(self) -> float:
@@ -360,6 +361,7 @@ class CollapsedFixedProposal:
         theta = self.frame.unwhiten(phi)
         z = rng.standard_normal(self._moved.size)
         found = self.gaussian(theta)
+        self.last_jump_sq = 0.0
         if found is None:
             return phi, 0.0
         shear, mean, chol = found
@@ -370,6 +372,8 @@ class CollapsedFixedProposal:
         theta_new[self._moved] = self._theta_hat[self._moved] + mean + u_new
         theta_new[self._levels] = theta[self._levels] - shear @ (u_new - u)
         w, w_new = chol.T @ u, chol.T @ u_new
+        #: ``‖L_Sᵀ(δ_b' − δ_b)‖²`` of the last proposal: the jump the tuner credits
+        self.last_jump_sq = float((w_new - w) @ (w_new - w))
         return self.frame.whiten(theta_new), 0.5 * float(w_new @ w_new - w @ w)
 
 

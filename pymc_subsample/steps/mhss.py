@@ -235,6 +235,14 @@ class MHSS(SubsamplingStep):
                 centre=None if kind == "random_walk" else self.laplace_centre[g:stop])
             proposal = BlockProposal(inner, g, stop, lik.dim)
         self.proposal = self.setup.proposal = proposal
+        self._tuner.min_accept = proposal.min_accept  # the tuner was made for the joint one
+
+    def _jump_sq(self, phi: np.ndarray, phi_new: np.ndarray) -> float:
+        # the fixed block's move: its jump in the metric of the coordinates it moves (its
+        # shift of the levels would credit large ρ's small moves of b)
+        if isinstance(self.proposal, CollapsedFixedProposal):
+            return self.proposal.last_jump_sq
+        return super()._jump_sq(phi, phi_new)
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         """One iteration: the proposal's move (of the fixed block, with level moves), then,
