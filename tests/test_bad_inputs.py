@@ -447,6 +447,10 @@ CASES = [
          error(ValueError, r"batch_size.*400")),
     Case("init unknown", logistic, partial(MHSS, init="map"),
          error(ValueError, r'init must be "laplace" or "pymc"')),
+    Case("level_fraction=0", logistic, partial(MHSS, level_fraction=0.0),
+         error(ValueError, r"level_fraction must be in \(0, 1\].*got 0.0")),
+    Case("level_moves=True without a grouping factor", logistic, partial(MHSS, level_moves=True),
+         error(ValueError, r"level_moves=True, but the model has no grouping factor")),
     # --- models that must work
     Case("float32 model", logistic, MHSS, POSTERIOR, floatx="float32"),
     Case("rows on axis 1: b @ Xt", rows_on_axis_one, MHSS, POSTERIOR),

@@ -19,7 +19,6 @@ import pytest
 from scipy.special import expit
 from scipy.stats import poisson
 
-import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.kernels.mhss import mhss_accept_levels
@@ -228,16 +227,6 @@ def test_coupled_level_priors_have_no_level_moves(kind):
     lik = SubsampledLikelihood(model)
     layout = GLMPass(lik).levels
     assert LevelPrior.build(lik, layout) is None
-
-
-def test_level_moves_refused_by_name_where_they_do_not_apply():
-    rng = np.random.default_rng(2)
-    X = rng.normal(size=(2000, 3))
-    with pm.Model():
-        b = pm.Normal("b", 0.0, 5.0, shape=3)
-        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b, observed=rng.integers(0, 2, 2000))
-        with pytest.raises(ValueError, match="level_moves=True, but the model has no grouping"):
-            pms.MHSS(level_moves=True, progressbar=False)
 
 
 def test_hyper_move_samples_the_scales_conditional():
