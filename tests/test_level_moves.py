@@ -80,6 +80,11 @@ def test_level_move_rates_bound_the_remainders_on_random_pairs(order):
         worst = max(worst, float(np.max(np.abs(xi) / np.where(b > 0, b, np.inf))))
         none = bound.category == N_LEVELS
         assert np.all(b[none] == 0.0)
+        # each category's envelope (over its own rows' shares) dominates its rows' rates
+        _, envelope = bound.coefficients(phi, phi_new, by_category=True)
+        top = np.zeros(N_LEVELS + 2)
+        np.maximum.at(top, bound.category, bound.sampler.weights.astype(np.float64))
+        assert np.all(b <= top[bound.category] * envelope[bound.category] * (1 + 1e-12))
         if k % 500 == 0:
             np.testing.assert_allclose(
                 rates.expected, np.bincount(bound.category[~none], b[~none], N_LEVELS),

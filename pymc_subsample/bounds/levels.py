@@ -227,12 +227,14 @@ class LevelBound:
         #: the rows by level, for the level moves (:meth:`level_rates`; built on first use)
         self._by_level: np.ndarray | None = None
 
-    def coefficients(self, phi: np.ndarray, phi_new: np.ndarray
+    def coefficients(self, phi: np.ndarray, phi_new: np.ndarray, *, by_category: bool = False
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Per category, the coefficients of ``P_k`` for the move between the whitened points
         ``φ`` and ``φ'`` (the product of the linear factors ``H``, ``A``, ``A'`` of the module
         docstring, in closed form; shape ``(G + 2, k + 2)``) and its largest value over
-        ``ρ ∈ [0, 1]`` (each linear factor is largest at an end; shape ``(G + 2,)``)."""
+        ``ρ ∈ [0, 1]`` (each linear factor is largest at an end; shape ``(G + 2,)``), or with
+        ``by_category`` over the category's own range of stored ``ρ_i`` (each factor at the
+        larger of its values at the range's ends)."""
         g, n_cat = self.n_levels, self.n_levels + 2
         h = phi_new - phi
         u = np.empty((3, n_cat))  # ‖·_D‖ / w_D per category (‖·‖ / w_D for several levels)
@@ -247,7 +249,13 @@ class LevelBound:
         # each factor is v + margin + (u − v)ρ: never below its value at the stored ρ, never
         # above max(u, v)(1 + margin); twice the margin covers the products' rounding
         (a0, b0, h0), (a1, b1, h1) = v + SHARE_MARGIN * top, u - v
-        top = top * (1.0 + 2.0 * SHARE_MARGIN)
+        if by_category:  # each factor a + bρ at the ends of the category's stored ρ_i
+            lo, hi = self._share_range
+            top = np.maximum(v + SHARE_MARGIN * top + (u - v) * lo,
+                             v + SHARE_MARGIN * top + (u - v) * hi)
+            top = np.maximum(top, 0.0) * (1.0 + 2.0 * SHARE_MARGIN)
+        else:
+            top = top * (1.0 + 2.0 * SHARE_MARGIN)
         coefficients = np.empty((n_cat, self.order + 2))
         if self.order == 1:  # H (A + A')
             s0, s1 = a0 + b0, a1 + b1
@@ -275,14 +283,14 @@ class LevelBound:
         coordinates only), level by level (:class:`LevelMoveRates`)."""
         if self._by_level is None:
             self._index_levels()
-        return LevelMoveRates(self, *self.coefficients(phi, phi_new))
+        return LevelMoveRates(self, *self.coefficients(phi, phi_new, by_category=True))
 
     def category_rates(self, phi: np.ndarray, phi_new: np.ndarray) -> CategoryRates:
         """The rates of any move ``φ → φ'`` drawn category by category
         (:class:`CategoryRates`): the fixed block's move beside the level moves."""
         if self._by_level is None:
             self._index_levels()
-        return CategoryRates(self, *self.coefficients(phi, phi_new))
+        return CategoryRates(self, *self.coefficients(phi, phi_new, by_category=True))
 
     def _index_levels(self) -> None:
         """The rows sorted by level (stable), each level's span in that order, and the largest
@@ -296,6 +304,11 @@ class LevelBound:
         top = np.zeros(n_cat, dtype=np.float32)
         np.maximum.at(top, self.category, self.sampler.weights)
         self._level_top = top.astype(np.float64)
+        # each category's range of stored shares ρ_i (the envelope of its own rows)
+        lo, hi = np.ones(n_cat, dtype=np.float32), np.zeros(n_cat, dtype=np.float32)
+        np.minimum.at(lo, self.category, self.share)
+        np.maximum.at(hi, self.category, self.share)
+        self._share_range = (lo.astype(np.float64), np.maximum(lo, hi).astype(np.float64))
 
     def polynomial(self, coefficients: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """``P_{k_i}(ρ_i)`` of the rows ``idx`` (Horner in ``ρ_i``)."""

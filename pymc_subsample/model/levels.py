@@ -23,6 +23,7 @@ so the log posterior's Hessian keeps the structure, and its Cholesky factor is t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pytensor
@@ -65,11 +66,11 @@ class LevelLayout:
     def n_levels(self) -> int:
         return self.stop - self.start
 
-    @property
+    @cached_property
     def levels(self) -> np.ndarray:
         return np.arange(self.start, self.stop)
 
-    @property
+    @cached_property
     def fixed(self) -> np.ndarray:
         return np.concatenate([np.arange(self.start), np.arange(self.stop, self.dim)])
 

@@ -295,6 +295,8 @@ class MHSS(SubsamplingStep):
         return cv_order if self.bound is None else None
 
     def _outside_region(self, phi: np.ndarray, phi_new: np.ndarray) -> bool:
+        if math.isinf(self.region_radius):
+            return False
         return max(phi @ phi, phi_new @ phi_new) > self.region_radius**2
 
     def _whitened_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
