@@ -7,7 +7,7 @@ automatic path forced with the private ``pymc_subsample.model.setup._AUTOMATIC_O
     PYTHONPATH=. python benchmarks/automatic_bounds.py [--rows 1000000] [--draws 2000]
 
 No NUTS here (too slow at 10⁶ on this machine); ``tests/test_posterior_automatic.py`` checks
-the posteriors against NumPyro NUTS at N = 3,000.
+the posteriors against stored NumPyro NUTS references at N = 20,000.
 """
 
 from __future__ import annotations
