@@ -11,7 +11,6 @@ full-data fallback below 0.1 %, and at most :data:`MAX_ROWS` rows read per itera
 
 from __future__ import annotations
 
-import pymc as pm
 import pytest
 
 import pymc_subsample as pms
