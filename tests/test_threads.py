@@ -1,8 +1,8 @@
-"""Full-data passes on threads (issue 31, item 2): each block summed alone and the blocks
-combined in order, so one thread and two give the same sums to the last bit, from memory
-and from a ``.npy`` file read ahead; the same step and the same draws for the same
-``random_seed``; a block's error raised from the pass; a bad ``PYMC_SUBSAMPLE_THREADS``
-refused."""
+"""Passes on threads (issue 31, item 2): each block summed alone and the blocks combined in
+order, so one thread and two give the same sums to the last bit, from memory and from a
+``.npy`` file read ahead, over all rows and over a subsample; the same step and the same
+draws for the same ``random_seed``; a block's error raised from the pass; a bad
+``PYMC_SUBSAMPLE_THREADS`` refused."""
 
 from __future__ import annotations
 
@@ -82,6 +82,19 @@ def test_one_thread_and_two_give_the_same_sums(kind, source, data, monkeypatch):
     eta = X @ theta
     exact = float(np.sum(y * eta - np.logaddexp(0.0, eta)))
     assert one.loglik == pytest.approx(exact, rel=1e-12)
+    assert data_pass.n_passes == 2
+
+    # a subsample pass (rows in memory or memory-mapped): its chunks on threads too
+    rows = np.sort(np.random.default_rng(1).choice(N, 30_000, replace=False))
+    subsample = {}
+    for threads in (1, 2):
+        _on(monkeypatch, threads)
+        names.clear()
+        subsample[threads] = data_pass.full(theta, idx_chunks=np.array_split(rows, 3),
+                                            weight=N / rows.size)
+        assert {n.startswith("pms-pass") for n in names} == {threads > 1}, names
+    assert subsample[1].loglik == subsample[2].loglik
+    np.testing.assert_array_equal(subsample[1].hess, subsample[2].hess)
     assert data_pass.n_passes == 2
 
 

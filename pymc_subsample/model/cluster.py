@@ -251,11 +251,13 @@ def _copy_block(free: queue.SimpleQueue, idx: np.ndarray, args: tuple,
 
 
 def _on_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarray],
-                threads: int) -> Iterator[tuple[np.ndarray, typing.Any]]:
+                threads: int, *, consecutive: bool = True
+                ) -> Iterator[tuple[np.ndarray, typing.Any]]:
     """``(idx, data_pass.block(idx, *args))`` over ``chunks`` in order, the blocks computed on
-    ``threads`` threads, each with a copy of the pass of its own; the rows of sources that
-    cost a read (:attr:`~pymc_subsample.model.data.RowSource.read_ahead`) read in order on
-    one more thread, ahead of the blocks that need them.
+    ``threads`` threads, each with a copy of the pass of its own; when the chunks are
+    ``consecutive`` blocks of rows, the rows of sources that cost a read
+    (:attr:`~pymc_subsample.model.data.RowSource.read_ahead`) read in order on one more
+    thread, ahead of the blocks that need them.
 
     What runs in parallel is what releases Python's GIL: NumPy's and BLAS's arithmetic on a
     block (the products of :meth:`~pymc_subsample.model.glm_pass.GLMPass.block`, the row
@@ -266,7 +268,7 @@ def _on_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarr
     number of threads. BLAS runs on one thread inside each.
     """
     sources = [(rows.name, source) for rows, source in lik.gathered.values()
-               if source.read_ahead]
+               if source.read_ahead and consecutive]
     free = _thread_copies(data_pass, threads)
     compute = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pms-pass")
     reader = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="pms-read")
@@ -301,7 +303,9 @@ def map_row_blocks(
 ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
     """``(idx, data_pass.block(idx, *args))`` for ``idx`` in ``lik.row_chunks()``, in order.
 
-    With ``chunks`` (a subsample's index arrays), over those, on the calling thread. Without,
+    With ``chunks`` (a subsample's index arrays), over those: on :func:`pass_threads` threads
+    too when every ``pms.Data`` source is in memory (or memory-mapped), else on the calling
+    thread. Without,
     a full-data pass: locally by default, on :func:`pass_threads` threads (no more than there
     are blocks: :func:`_on_threads`), or with one thread on the calling thread, the next
     block of any source outside memory read on a second one meanwhile (:func:`_read_ahead`);
@@ -315,6 +319,12 @@ def map_row_blocks(
     """
     block_fn = data_pass.block
     if chunks is not None:
+        chunks = list(chunks)
+        # rows in memory only: a Zarr or Dask source's cache of large reads is not for threads
+        in_memory = all(source.in_memory for _, source in lik.gathered.values())
+        threads = min(pass_threads(), len(chunks)) if in_memory else 1
+        if threads > 1:
+            return _on_threads(lik, data_pass, args, chunks, threads, consecutive=False)
         return ((idx, block_fn(idx, *args)) for idx in chunks)
     dask_rows = [(rows.name, source) for rows, source in lik.gathered.values()
                  if isinstance(source, DaskSource)]
