@@ -8,8 +8,10 @@ spent inside the compiled PyTensor function: PyTensor's C code holds Python's GI
 share runs on one core at a time whatever the threads, and bounds the speed-up of two
 threads at ``1 / max(share, 1/2)``. The same for the pass compiled in PyTensor's NumPy mode
 (each node one NumPy call, which releases the GIL; what passes use up to
-``NUMPY_PASS_ROWS``), for comparison. Last, the whole ``pms.MHSS()`` setup on one thread and
-on two.
+``NUMPY_PASS_ROWS``), for comparison, and whether each holds the GIL: a probe thread sleeps
+0.2 ms at a time and needs the GIL to wake; a call of the compiled function that holds it has
+long stretches without a wake-up, whatever the load (which only stretches the times). Last,
+the whole ``pms.MHSS()`` setup on one thread and on two.
 
     python benchmarks/pass_threads.py
     python benchmarks/pass_threads.py --rows 1e6 --repeats 5
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import threading
 import time
 import warnings
 
@@ -66,6 +69,35 @@ def _gil_share(data_pass, theta, kwargs) -> tuple[float, float]:
     return total, inside[0] / total
 
 
+def _probe(call, repeats: int = 5) -> tuple[int, float]:
+    """Median over ``repeats`` calls of: the probe's wake-ups inside a call, and the longest
+    stretch of the call without one (share of the call)."""
+    stamps, stop = [], threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            time.sleep(0.0002)  # releases the GIL; waking needs it
+            stamps.append(time.perf_counter())
+
+    probe = threading.Thread(target=spin)
+    probe.start()
+    spans = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        spans.append((t0, time.perf_counter()))
+        time.sleep(0.01)
+    stop.set()
+    probe.join()
+    wakes = np.array(stamps)
+    inside, longest = [], []
+    for t0, t1 in spans:
+        w = wakes[(wakes > t0) & (wakes < t1)]
+        inside.append(w.size)
+        longest.append(np.diff(np.concatenate([[t0], w, [t1]])).max() / (t1 - t0))
+    return int(np.median(inside)), float(np.median(longest))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=float, default=1e7)
@@ -84,6 +116,12 @@ def main(argv=None) -> None:
         passes[mode] = GLMPass(SubsampledLikelihood(model))
         passes[mode].full(theta)  # the first pass also checks the family against the model
     likelihood_module.NUMPY_PASS_ROWS = default_rows
+    rows = np.arange(min(n, 10**6), dtype=np.int64)
+    for mode, data_pass in passes.items():
+        wakes, longest = _probe(lambda p=data_pass: p._fn(theta, rows, np.bool_(False)))
+        print(f"{mode} pass function on {rows.size:.0e} rows: {wakes} probe wake-ups inside a "
+              f"call, the longest stretch without one {longest:.0%} of the call "
+              f"(load {_load()})")
     scale = np.diag(np.linspace(0.5, 2.0, 10))
     cases = {"sums": {}, "sums + order-2 constants": {"order": 2,
                                                       "whiten_rows": lambda x: x @ scale}}
