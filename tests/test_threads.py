@@ -36,6 +36,8 @@ def _model(data, source: str):
     X, y, folder = data
     if source == "memory":
         return glm_model(X, y, "logistic")
+    if source == "product":  # a predictor quadratic in θ: its curvature in the constants
+        return glm_model(X, y, "logistic_product")
     return glm_model(str(folder / "X.npy"), str(folder / "y.npy"), "logistic", tall=True)
 
 
@@ -43,8 +45,9 @@ def _on(monkeypatch, threads: int) -> None:
     monkeypatch.setenv(THREADS_VARIABLE, str(threads))
 
 
-@pytest.mark.parametrize("source", ["memory", "npy"])
-@pytest.mark.parametrize("kind", ["glm", "generic"])
+@pytest.mark.parametrize(("kind", "source"), [("glm", "memory"), ("glm", "npy"),
+                                             ("glm", "product"), ("generic", "memory"),
+                                             ("generic", "npy")])
 def test_one_thread_and_two_give_the_same_sums(kind, source, data, monkeypatch):
     lik = SubsampledLikelihood(_model(data, source))
     data_pass = GLMPass(lik) if kind == "glm" else GenericPass(lik)
@@ -79,7 +82,7 @@ def test_one_thread_and_two_give_the_same_sums(kind, source, data, monkeypatch):
         np.testing.assert_array_equal(one.row_constants, two.row_constants)
     # the sums are the sums: against the rows all at once
     X, y, _ = data
-    eta = X @ theta
+    eta = X @ theta + (theta[1] * theta[2] * X[:, 1] * X[:, 2] if source == "product" else 0.0)
     exact = float(np.sum(y * eta - np.logaddexp(0.0, eta)))
     assert one.loglik == pytest.approx(exact, rel=1e-12)
     assert data_pass.n_passes == 2
