@@ -4,15 +4,19 @@ whose bound comes from the model's graph; and, for logistic, Poisson log and Nor
 sampled σ, the automatic bound's rows per iteration against the hand-derived one's (the
 automatic path forced with the private ``pymc_subsample.model.setup._AUTOMATIC_ONLY``).
 
-    PYTHONPATH=. python benchmarks/automatic_bounds.py [--rows 1000000] [--draws 2000]
+    PYTHONPATH=. python benchmarks/automatic_bounds.py [--rows 1000000] [--draws 2000] [--nuts]
 
-No NUTS here (too slow at 10⁶ on this machine); ``tests/test_posterior_automatic.py`` checks
-the posteriors against NumPyro NUTS at N = 3,000.
+``--nuts`` adds NumPyro's NUTS (``pm.sample(nuts_sampler="numpyro")``, one chain of
+``--nuts-draws`` draws after as many tuning steps) on the same model in the same run, its whole
+wall time to a minimum bulk ESS of 1000 extrapolated linearly from that run (compilation and
+tuning scaled too: pessimistic for NUTS by their share). ``tests/test_posterior_automatic.py``
+checks the posteriors against stored NUTS references at N = 20,000.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import arviz as az
@@ -63,6 +67,21 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
             q = 1 / (1 + np.exp(-eta))
             pm.Beta("y", alpha=p * phi, beta=(1 - p) * phi,
                     observed=np.clip(rng.beta(q * 10, (1 - q) * 10), 1e-6, 1 - 1e-6))
+        elif name == "censored_weibull":  # right-censored at the 70 % quantile
+            k = pm.Gamma("k", 2.0, 1.0)
+            t = np.exp(eta) * rng.weibull(1.7, n)
+            c = float(np.quantile(t, 0.7))
+            pm.Censored("y", pm.Weibull.dist(alpha=k, beta=pm.math.exp(lin)), lower=None,
+                        upper=c, observed=np.minimum(t, c))
+        elif name == "zero_inflated_poisson":
+            psi = pm.Beta("psi", 2.0, 2.0)
+            pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.math.exp(lin), observed=np.where(
+                rng.random(n) < 0.3, 0, rng.poisson(np.exp(eta))))
+        elif name == "hurdle_lognormal":
+            psi = pm.Beta("psi", 2.0, 2.0)
+            s = pm.HalfNormal("s", 2.0)
+            pm.HurdleLogNormal("y", psi=psi, mu=lin, sigma=s, observed=np.where(
+                rng.random(n) < 0.2, 0.0, np.exp(eta + 0.8 * rng.normal(size=n))))
         elif name == "logistic":
             pm.Bernoulli("y", logit_p=lin, observed=rng.binomial(1, 1 / (1 + np.exp(-eta))))
         elif name == "poisson_log":
@@ -99,26 +118,47 @@ def run(name: str, n: int, draws: int, automatic: bool) -> dict:
                 min_ess=min_ess, to_ess_1000_s=setup_s + sample_s * 1000.0 / min_ess)
 
 
+def run_nuts(name: str, n: int, draws: int) -> dict:
+    m = model(name, n)
+    t0 = time.perf_counter()
+    with m:
+        idata = pm.sample(draws=draws, tune=draws, chains=1, nuts_sampler="numpyro",
+                          random_seed=3, progressbar=False, compute_convergence_checks=False)
+    wall = time.perf_counter() - t0
+    ess = az.ess(idata, method="bulk")
+    min_ess = min(float(ess[v].min()) for v in ess.data_vars)
+    return dict(wall_s=wall, min_ess=min_ess, to_ess_1000_s=wall * max(1.0, 1000.0 / min_ess))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--families", nargs="*", default=None)
+    parser.add_argument("--nuts", action="store_true", help="NumPyro's NUTS side by side")
+    parser.add_argument("--nuts-draws", type=int, default=500)
     args = parser.parse_args()
-    new = ["binomial", "lognormal", "exponential", "weibull", "beta", "beta_binomial"]
+    new = ["binomial", "lognormal", "exponential", "weibull", "beta", "beta_binomial",
+           "censored_weibull", "zero_inflated_poisson", "hurdle_lognormal"]
     both = ["logistic", "poisson_log", "normal_sigma"]
     cases = [(f, False) for f in new] + [(f, a) for f in both for a in (False, True)]
     if args.families:
         cases = [c for c in cases if c[0] in args.families]
     print(f"N = {args.rows:,}, d = {D}, 2 chains x {args.draws} draws after 1000 tuning")
+    nuts_head = " NUTS wall (s) | NUTS min ESS | NUTS to ESS 1000 (s) | speed-up |" if args.nuts \
+        else ""
     print("| family | bound | rows/iter | full-data fallback | setup (s) | min bulk ESS "
-          "| whole time to ESS 1000 (s) |")
-    print("|---|---|---|---|---|---|---|")
+          "| whole time to ESS 1000 (s) |" + nuts_head)
+    print("|---|---|---|---|---|---|---|" + "---|" * (4 if args.nuts else 0))
     for name, automatic in cases:
         r = run(name, args.rows, args.draws, automatic)
-        print(f"| {r['family']} | {r['bound']} | {r['rows']:.2f} | {r['fallback']:.4%} "
-              f"| {r['setup_s']:.1f} | {r['min_ess']:.0f} | {r['to_ess_1000_s']:.1f} |",
-              flush=True)
+        line = (f"| {r['family']} | {r['bound']} | {r['rows']:.2f} | {r['fallback']:.4%} "
+                f"| {r['setup_s']:.1f} | {r['min_ess']:.0f} | {r['to_ess_1000_s']:.1f} |")
+        if args.nuts:
+            u = run_nuts(name, args.rows, args.nuts_draws)
+            line += (f" {u['wall_s']:.1f} | {u['min_ess']:.0f} | {u['to_ess_1000_s']:.1f} "
+                     f"| {u['to_ess_1000_s'] / r['to_ess_1000_s']:.1f}× |")
+        print(line + f" load {os.getloadavg()[0]:.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -194,6 +194,19 @@ def test_mixture_observed_is_bounded_automatically_through_its_class_axis():
     assert step.setup_profile["full_data_passes"] >= 1
 
 
+def test_mixture_with_a_sampled_scale_is_refused_for_its_predictor_count():
+    """A sampled σ shared by the components reaches the class axis as a length-one vector
+    whose axis a DimShuffle drops: read as one column, so the refusal names the true limit
+    (three predictors, two means and log σ), not an unreadable two-axis array."""
+    with pm.Model() as model:
+        m = pm.Normal("m", 0, 1)
+        s = pm.HalfNormal("s", 1.0)
+        pm.NormalMixture("y", w=[0.5, 0.5], mu=pm.math.stack([m, m + 1]), sigma=s,
+                         observed=RNG.normal(size=60))
+    with model, pytest.raises(SubsamplingModelError, match="'y'.*through 3 predictors"):
+        pms.MHSS(progressbar=False)
+
+
 def test_parameter_dependent_centering_couples_rows():
     with pm.Model() as model:
         b = pm.Normal("b", 0, 1, shape=2)

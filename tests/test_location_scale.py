@@ -6,8 +6,8 @@ factors. Checked: the bound on 10⁴ random pairs in the ball against remainders
 from the Normal formulas (independent of the package), and the posterior of ``b`` and ``σ``
 against NUTS (``tests/make_glm_references.py``). One test builds the step once and makes every
 check, so that a parallel run compiles it on one worker only. For every two-predictor family,
-the data pass and control variates in the predictors (``glm.LocationScalePass``) are checked
-against the generic autodiff in θ.
+the data pass and control variates in the predictors
+(``location_scale_pass.LocationScalePass``) are checked against the generic autodiff in θ.
 """
 
 from __future__ import annotations

@@ -69,6 +69,10 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
     ("weibull", "Weibull with beta=exp(η) and a sampled alpha"),
     ("beta", "Beta with alpha=p * phi, beta=(1 - p) * phi, p=invlogit(η), phi sampled"),
     ("zero_inflated_poisson", "ZeroInflatedPoisson with mu=exp(η) and a sampled psi"),
+    ("censored_weibull", "Censored(Weibull.dist(alpha=k, beta=exp(η)), upper=c), k sampled"),
+    ("censored_exponential", "Censored(Exponential.dist(lam=exp(-η)), upper=c)"),
+    ("hurdle_lognormal", "HurdleLogNormal with mu=η, a sampled sigma and a sampled psi"),
+    ("normal_mixture", "NormalMixture with fixed w and sigma, mu the sampled component means"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor

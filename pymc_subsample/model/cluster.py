@@ -1,19 +1,25 @@
-"""Full-data passes in blocks, locally or as tasks on a ``dask.distributed`` cluster.
+"""Full-data passes in blocks: on a pool of threads, or as tasks on a ``dask.distributed``
+cluster.
 
 :class:`GatheringFunction` reads the rows of :func:`pymc_subsample.Data` containers outside
 the compiled PyTensor functions; :func:`map_row_blocks` runs a data pass's block function over
-all rows, one block at a time, and, when a ``pms.Data`` container is a Dask array and a
-``dask.distributed`` client is active, as one task a block on the cluster
+all rows, block by block on :func:`pass_threads` threads, and, when a ``pms.Data`` container is
+a Dask array and a ``dask.distributed`` client is active, as one task a block on the cluster
 (``docs/tall-data.md``, "Setup passes on a Dask cluster").
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import threading
 import typing
+import weakref
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
+from itertools import islice
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -22,7 +28,7 @@ from pymc_subsample.model.build_progress import rows_advance
 from pymc_subsample.model.data import BLOCK_ROWS, DaskSource, RowSource
 
 if typing.TYPE_CHECKING:
-    from pymc_subsample.model.passes import DataPass
+    from pymc_subsample.model.data_pass import DataPass
 
 #: Rows per chunk when a setup pass touches all N rows (bounds peak memory): the row
 #: sources' block size, so that a block of a pass is one read of a source.
@@ -33,6 +39,41 @@ SETUP_CHUNK_ROWS = BLOCK_ROWS
 _GIVEN_ROWS: ContextVar[dict | None] = ContextVar("given_rows", default=None)
 #: One lock per block function in a worker process: compiled functions are not thread-safe.
 _BLOCK_LOCKS: dict[int, threading.Lock] = {}
+
+#: The environment variable that sets the threads of a full-data pass (:func:`pass_threads`).
+THREADS_VARIABLE = "PYMC_SUBSAMPLE_THREADS"
+#: Blocks each thread of a pass has queued at most (memory: this many blocks' rows and
+#: results per thread, beyond the one it computes).
+_QUEUED_PER_THREAD = 2
+#: Per data pass, its copies for the threads of a pass (made once, kept while it lives).
+_THREAD_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def pass_threads() -> int:
+    """Threads a full-data pass computes its blocks on.
+
+    The environment variable ``PYMC_SUBSAMPLE_THREADS`` when set (``1``: one thread, the
+    blocks in turn), else the CPUs this process may run on (``os.sched_getaffinity``, else
+    ``os.cpu_count()``). Read at each pass.
+
+    Raises
+    ------
+    ValueError
+        If ``PYMC_SUBSAMPLE_THREADS`` is not a positive whole number.
+    """
+    value = os.environ.get(THREADS_VARIABLE, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(
+                f"{THREADS_VARIABLE}={value!r}: set it to a positive whole number of threads "
+                "for the passes over the data before the first draw (1: one thread), or "
+                "unset it to use every CPU."
+            )
+        return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _run_block(data_pass, args: tuple, names: tuple[str, ...], start: int, stop: int,
@@ -123,6 +164,12 @@ class GatheringFunction:
         )
         return self.fn(*args, *rows)
 
+    def copy(self) -> GatheringFunction:
+        """A copy reading the same sources, with storage of its own (``Function.copy``), for
+        another thread."""
+        return GatheringFunction(self.fn.copy(), self.idx_position, self.sources, self.names,
+                                 self.dtypes)
+
     @property
     def trust_input(self) -> bool:
         return self.fn.trust_input
@@ -177,32 +224,119 @@ def _read_ahead(lik, data_pass: DataPass, args: tuple,
             idx = following
 
 
+def _thread_copies(data_pass: DataPass, n: int) -> queue.SimpleQueue:
+    """``data_pass`` and ``n - 1`` copies of it
+    (:meth:`~pymc_subsample.model.data_pass.DataPass.thread_copy`; about 0.1 s each for a
+    pass compiled to C) to hand to the ``n`` threads of a pass, the copies made on first use
+    and kept while the pass lives. The calling thread waits for the blocks meanwhile, so the
+    pass itself is free to run on one of them."""
+    made = _THREAD_COPIES.setdefault(data_pass, [])
+    while len(made) < n - 1:
+        made.append(data_pass.thread_copy())
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    for twin in (data_pass, *made[: n - 1]):
+        free.put(twin)
+    return free
+
+
+def _copy_block(free: queue.SimpleQueue, idx: np.ndarray, args: tuple,
+                given: Future | None):
+    """``block(idx, *args)`` of a free copy of the pass, the rows ``given`` when read ahead."""
+    data_pass = free.get()
+    token = _GIVEN_ROWS.set(given.result()) if given is not None else None
+    try:
+        return data_pass.block(idx, *args)
+    finally:
+        if token is not None:
+            _GIVEN_ROWS.reset(token)
+        free.put(data_pass)
+
+
+def _on_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarray],
+                threads: int, *, consecutive: bool = True
+                ) -> Iterator[tuple[np.ndarray, typing.Any]]:
+    """``(idx, data_pass.block(idx, *args))`` over ``chunks`` in order, the blocks computed on
+    ``threads`` threads, each with a pass of its own (``data_pass`` or a copy); when the
+    chunks are ``consecutive`` blocks of rows, the rows of sources that cost a read
+    (:attr:`~pymc_subsample.model.data.RowSource.read_ahead`) read in order on one more
+    thread, ahead of the blocks that need them.
+
+    What runs in parallel is what releases Python's GIL: NumPy's and BLAS's arithmetic on a
+    block (the products of :meth:`~pymc_subsample.model.glm_pass.GLMPass.block`, the row
+    constants), reading files and decompressing Zarr chunks. PyTensor's compiled C code
+    holds the GIL while it runs, so two threads' calls of the compiled row terms take turns
+    (``docs/benchmarks.md``, "Threads of a pass"). Each block's result is its own, and the
+    caller combines them in block order: the sums are the same to the last bit whatever the
+    number of threads. BLAS runs on one thread inside each.
+    """
+    sources = [(rows.name, source) for rows, source in lik.gathered.values()
+               if source.read_ahead and consecutive]
+    free = _thread_copies(data_pass, threads)
+    compute = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pms-pass")
+    reader = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="pms-read")
+              if sources else None)
+    pending: deque = deque()
+
+    def submit(idx: np.ndarray) -> None:
+        given = reader.submit(_read_block, sources, idx) if reader is not None else None
+        pending.append((idx, compute.submit(_copy_block, free, idx, args, given)))
+
+    chunks = iter(chunks)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            for idx in islice(chunks, (_QUEUED_PER_THREAD + 1) * threads):
+                submit(idx)
+            while pending:
+                idx, future = pending.popleft()
+                result = future.result()
+                following = next(chunks, None)
+                if following is not None:
+                    submit(following)
+                yield idx, result
+    finally:
+        # on an error (or a pass left unfinished) the queued blocks are dropped
+        compute.shutdown(wait=True, cancel_futures=True)
+        if reader is not None:
+            reader.shutdown(wait=True, cancel_futures=True)
+
+
 def map_row_blocks(
     lik, data_pass: DataPass, *args, chunks: typing.Iterable[np.ndarray] | None = None
 ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
     """``(idx, data_pass.block(idx, *args))`` for ``idx`` in ``lik.row_chunks()``, in order.
 
-    With ``chunks`` (a subsample's index arrays), over those, locally. Without, a
-    full-data pass: locally by default, the next block of any source outside memory read
-    on a second thread meanwhile (:func:`_read_ahead`; rows of Dask sources are read with
-    Dask's own scheduler). When a pms.Data container is a Dask array and a ``dask.distributed``
-    client is active, each block is a task on the cluster instead: ``data_pass`` (with its
-    compiled functions) is sent once to each worker and kept there for later
-    passes, each task carries only ``args`` (``θ``, small), and the workers read their
-    blocks of the Dask arrays and return only the block's results (sums, a block's row
-    constants). Within a worker process the calls are serialised (compiled functions are
+    With ``chunks`` (a subsample's index arrays), over those: on :func:`pass_threads` threads
+    too when every ``pms.Data`` source is in memory (or memory-mapped), else on the calling
+    thread. Without,
+    a full-data pass: locally by default, on :func:`pass_threads` threads (no more than there
+    are blocks: :func:`_on_threads`), or with one thread on the calling thread, the next
+    block of any source outside memory read on a second one meanwhile (:func:`_read_ahead`);
+    rows of Dask sources are read with Dask's own scheduler. When a pms.Data container is a
+    Dask array and a ``dask.distributed`` client is active, each block is a task on the
+    cluster instead: ``data_pass`` (with its compiled functions) is sent once to each worker
+    and kept there for later passes, each task carries only ``args`` (``θ``, small), and the
+    workers read their blocks of the Dask arrays and return only the block's results (sums, a
+    block's row constants). Within a worker process the calls are serialised (compiled functions are
     not thread-safe), so one thread per worker is what helps.
     """
     block_fn = data_pass.block
     if chunks is not None:
+        chunks = list(chunks)
+        # rows in memory only: a Zarr or Dask source's cache of large reads is not for threads
+        in_memory = all(source.in_memory for _, source in lik.gathered.values())
+        threads = min(pass_threads(), len(chunks)) if in_memory else 1
+        if threads > 1:
+            return _on_threads(lik, data_pass, args, chunks, threads, consecutive=False)
         return ((idx, block_fn(idx, *args)) for idx in chunks)
     dask_rows = [(rows.name, source) for rows, source in lik.gathered.values()
                  if isinstance(source, DaskSource)]
     client = _active_client() if dask_rows else None
     if client is None:
-        # lazily: a pass holds one block's results at a time
-        return _advancing(_read_ahead(lik, data_pass, args, lik.row_chunks()),
-                          rows_advance(lik.n_rows))
+        # lazily: a pass holds a few blocks' results at a time
+        threads = min(pass_threads(), -(-lik.n_rows // SETUP_CHUNK_ROWS))
+        blocks = (_on_threads(lik, data_pass, args, lik.row_chunks(), threads) if threads > 1
+                  else _read_ahead(lik, data_pass, args, lik.row_chunks()))
+        return _advancing(blocks, rows_advance(lik.n_rows))
     import dask
 
     chunk = SETUP_CHUNK_ROWS

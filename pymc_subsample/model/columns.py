@@ -202,8 +202,9 @@ class _Expander:
                 return [self.vec(x)]
             if x.type.ndim == 1 and order == ("x", 0):
                 return self.elems(x)
-            if x.type.ndim == 0 and order == ("x", "x"):
-                return [self.vec(x)]
+            if order == ("x", "x") and all(x.type.broadcastable):
+                # a scalar, or a length-one vector whose axis the DimShuffle drops
+                return [self.vec(x if x.type.ndim == 0 else x.squeeze())]
             raise NotExpandable(f"DimShuffle{order}")
         if isinstance(op, Subtensor):
             first, second = _indices(node)

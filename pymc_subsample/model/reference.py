@@ -3,8 +3,8 @@ r"""The reference point ``θ̂``: a posterior mode found in a few passes over th
 Every step needs ``θ̂`` and the Laplace covariance there (``docs/methods/reference.md``). On
 tall data the log posterior is nearly quadratic around its mode, so Newton's method converges
 in one or two steps from a good start, and each step is one pass over the data that returns
-``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` together (:class:`~pymc_subsample.model.glm.GLMPass` for GLMs,
-:class:`~pymc_subsample.model.control_variates.GenericPass` otherwise). The procedure:
+``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` together (:class:`~pymc_subsample.model.glm_pass.GLMPass` for
+GLMs, :class:`~pymc_subsample.model.generic_pass.GenericPass` otherwise). The procedure:
 
 1. **Subsample start.** Newton's method, damped by backtracking, on the log posterior with the
    likelihood of a random subsample of ``n`` rows weighted by ``N/n`` (``n`` a few percent of
@@ -205,7 +205,7 @@ def fit_reference(
     lik : SubsampledLikelihood
     data_pass : GLMPass or GenericPass
         ``data_pass.full(θ, idx_chunks=..., weight=..., whiten_rows=..., order=...)`` returns a
-        :class:`~pymc_subsample.model.glm.PassResult`.
+        :class:`~pymc_subsample.model.data_pass.PassResult`.
     map_point : dict, optional
         A user's reference point (a PyMC point); checked, and refined if it is not a mode.
     order : {1, 2}, optional

@@ -1,0 +1,135 @@
+"""The pass over the data of rows with several predictors (a location, a log-scale, a
+Student-t's ``log ν``, or an automatic bound's): :class:`LocationScalePass`, a
+:class:`~pymc_subsample.model.glm_pass.GLMPass` whose per-row pieces are the family's
+gradient and Hessian in the predictors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.graph.basic import Variable
+
+from pymc_subsample.bounds import (
+    SharedScaleRows,
+    combine_predictor_partials,
+    region_radius,
+    row_cosines,
+    row_norms,
+    shared_scale_rows,
+)
+from pymc_subsample.kernels.indexing import round_up_float32
+from pymc_subsample.model.glm import LocationScaleTerm, location_scale_terms, upper_pairs
+from pymc_subsample.model.glm_pass import GLMPass
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.predictors import PredictorTerm, check_finite_suprema
+
+__all__ = ["LocationScalePass"]
+
+
+class LocationScalePass(GLMPass):
+    """:class:`GLMPass` for rows with several predictors: a location, a log-scale and any
+    further ones (a Student-t's ``log ν``).
+
+    One compiled function of ``(θ, idx)`` gives, per chunk, each row's predictor rows
+    ``a_j = ∂p_j/∂θ`` (autodiff, checked free of ``θ``) and the family's gradient and Hessian
+    in the predictors (:func:`location_scale_terms`); NumPy's BLAS then forms
+    ``Σ ∇ℓ_i = Σ_j f_j a_j`` and ``Σ ∇²ℓ_i = Σ_{j,k} f_jk a_ja_kᵀ``, and, given a whitening and
+    an order, the region constants: :func:`~pymc_subsample.bounds.combine_partials` with the
+    angle between the two whitened rows (which scales the mixed terms) for two predictors,
+    :func:`~pymc_subsample.bounds.combine_multi_partials` for more. The same pass thus gives
+    the reference fit's sums and the constants, several times faster to compile and run than
+    the generic autodiff Hessian. The constants hold on ``‖φ‖ ≤ r`` only, for ``M`` without
+    Lemma 1's angle factors (:attr:`sharp_angles` is ``False``).
+    """
+
+    sharp_angles = False
+    levels = None
+    # the subsample Newton steps may send a scale to where both likelihoods lose all precision
+    # (values near -1e223, or NaN): the check waits for the first full pass, near the mode
+    check_subsamples = False
+
+    def __init__(self, lik: SubsampledLikelihood,
+                 terms: list[LocationScaleTerm] | list[PredictorTerm]) -> None:
+        self.lik, self.terms = lik, terms
+        self._compile_pass()
+        self.region_radius = region_radius(lik.dim)
+        # one predictor a row (an automatic bound's): the derivative tensor is of rank one
+        self.sharp_angles = all(t.family.n_predictors == 1 for t in terms)
+        # an automatic bound's enclosures cost several passes: computed once, at the mode
+        self.speculative_constants = not any(t.family.costly_suprema for t in terms)
+
+    def _term_outputs(self, term: LocationScaleTerm) -> list[Variable]:
+        """``Σ f``, the predictor rows, the gradient and Hessian in the predictors, the
+        predictors, ``y`` and the fixed parameters."""
+        f, grad, hess = location_scale_terms(term, *term.predictors)
+        total = f.sum()
+        # a scale that under- or overflows (a Newton step that overshoots) makes the family's
+        # f NaN where the model's is -inf: zero density either way
+        total = pt.switch(pt.isnan(total), -np.inf, total)
+        return [total, *term.predictor_rows, *grad, *hess,
+                *(pt.cast(p, "float64") for p in term.predictors),
+                pt.cast(term.y, "float64"), *term.params]
+
+    def _term_pieces(self, term: LocationScaleTerm, outputs: list, n: int) -> tuple:
+        """``(rows, grad, hess, predictors, y, κ)``, each of the first four a tuple over the
+        predictors (:meth:`GLMPass.rows` returns these per variable); a predictor the same on
+        every row (one σ for all) comes out as a single row, broadcast."""
+        k = term.family.n_predictors
+        dim = self.lik.dim
+        rows = tuple(np.broadcast_to(np.asarray(x).reshape(-1, dim), (n, dim))
+                     for x in outputs[:k])
+        grad = tuple(outputs[k : 2 * k])
+        n_hess = k * (k + 1) // 2
+        hess = tuple(outputs[2 * k : 2 * k + n_hess])
+        preds = tuple(outputs[2 * k + n_hess : 3 * k + n_hess])
+        y, *params = outputs[3 * k + n_hess :]
+        return rows, grad, hess, preds, y, tuple(params)
+
+    def _term_sums(self, piece: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """``Σ_j f_j a_j`` and ``Σ_{j,k} f_jk a_ja_kᵀ`` of one variable on a block."""
+        rows, grad, hess, *_ = piece
+        g = sum(x.T @ f for x, f in zip(rows, grad, strict=True))
+        h = 0.0
+        for (j, k), f in zip(upper_pairs(len(rows)), hess, strict=True):
+            block = rows[j].T @ (f[:, None] * rows[k])
+            h = h + (block if j == k else block + block.T)
+        return g, h
+
+    def _constants_store(self, order: int, levels: int):
+        """The shared-scale bound's :class:`~pymc_subsample.bounds.SharedScaleRows` for one
+        observed variable (Corollary 2's constants among them), else ``c_i``."""
+        if len(self.terms) == 1 and self.terms[0].family.n_predictors > 1:
+            return SharedScaleRows.empty(self.lik.n_rows, order,
+                                         self.terms[0].family.n_predictors)
+        return super()._constants_store(order, 0)
+
+    def _row_constants(self, term, order, piece, whiten_rows, levels=0) -> np.ndarray | tuple:
+        """The region constants of one variable's rows (with the angle between the two
+        whitened predictor rows when there are two); for a model of one observed variable,
+        with the shared-scale bound's pieces ``(weights, c_i, ℓ or None)``
+        (:func:`~pymc_subsample.bounds.shared_scale_rows`)."""
+        if whiten_rows is None:
+            raise ValueError("two-predictor constants hold on a region of the Laplace frame "
+                             "only: pass whiten_rows")
+        rows, _, _, preds, y, params = piece
+        # one σ (ν) for all rows: one whitened row ℓ, exactly the same on every row
+        shared = all(bool(np.all(x == x[:1])) for x in rows[1:])
+        whitened = [whiten_rows(rows[0])]
+        for x in rows[1:]:
+            whitened.append(np.broadcast_to(whiten_rows(x[:1]), x.shape) if shared
+                            else whiten_rows(x))
+        norms = tuple(row_norms(x) for x in whitened)
+        sup = term.family.all_suprema(order, norms, y, preds, self.region_radius, params)
+        check_finite_suprema(term, sup, y)
+        cos = (row_cosines(whitened[0], whitened[1], norms[0], norms[1]) if len(rows) == 2
+               else None)
+        plain = combine_predictor_partials(order, sup, norms, cos)
+        if len(self.terms) != 1 or len(rows) == 1:
+            return plain
+        temperature = self.lik.temperature
+        weights = shared_scale_rows(order, {k: v / temperature for k, v in sup.items()},
+                                    norms[0])
+        shared_rows = np.array([x[0] for x in whitened[1:]])
+        return (weights, round_up_float32(plain / temperature),
+                (shared_rows[0] if len(rows) == 2 else shared_rows) if shared else None)
+

@@ -1,0 +1,151 @@
+"""Passes on threads (issue 31, item 2): each block summed alone and the blocks combined in
+order, so one thread and two give the same sums to the last bit, from memory and from a
+``.npy`` file read ahead, over all rows and over a subsample; the same step and the same
+draws for the same ``random_seed``; a block's error raised from the pass; a bad
+``PYMC_SUBSAMPLE_THREADS`` refused."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_subsample as pms
+from pymc_subsample.datasets import glm_data, glm_model
+from pymc_subsample.model.cluster import THREADS_VARIABLE, pass_threads
+from pymc_subsample.model.data import ArraySource
+from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
+from pymc_subsample.model.passes import GenericPass, GLMPass
+
+#: four blocks of a pass, the last one short
+N, D = 3 * SETUP_CHUNK_ROWS + 1234, 3
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    X, y = glm_data(N, D, "logistic", seed=7)
+    folder = tmp_path_factory.mktemp("threads")
+    np.save(folder / "X.npy", X)
+    np.save(folder / "y.npy", y)
+    return X, y, folder
+
+
+def _model(data, source: str):
+    X, y, folder = data
+    if source == "memory":
+        return glm_model(X, y, "logistic")
+    if source == "product":  # a predictor quadratic in θ: its curvature in the constants
+        return glm_model(X, y, "logistic_product")
+    return glm_model(str(folder / "X.npy"), str(folder / "y.npy"), "logistic", tall=True)
+
+
+def _on(monkeypatch, threads: int) -> None:
+    monkeypatch.setenv(THREADS_VARIABLE, str(threads))
+
+
+@pytest.mark.parametrize(("kind", "source"), [("glm", "memory"), ("glm", "npy"),
+                                             ("glm", "product"), ("generic", "memory"),
+                                             ("generic", "npy")])
+def test_one_thread_and_two_give_the_same_sums(kind, source, data, monkeypatch):
+    lik = SubsampledLikelihood(_model(data, source))
+    data_pass = GLMPass(lik) if kind == "glm" else GenericPass(lik)
+    theta = np.array([0.2, -0.4, 0.1])
+    # GLM passes: Corollary 2's constants, whitened by a fixed L, in the same pass
+    kwargs = ({"order": 2, "whiten_rows": lambda x: x @ np.diag([0.5, 1.0, 2.0])}
+              if kind == "glm" else {})
+    names, readers = set(), set()
+    block = type(data_pass).block
+    monkeypatch.setattr(type(data_pass), "block", lambda self, *a: names.add(
+        threading.current_thread().name) or block(self, *a))
+    # a file's next blocks are read ahead on a thread of their own
+    read_block = ArraySource.read_block
+    monkeypatch.setattr(ArraySource, "read_block", lambda self, idx: readers.add(
+        threading.current_thread().name) or read_block(self, idx))
+    results = {}
+    for threads in (1, 2):
+        _on(monkeypatch, threads)
+        names.clear()
+        results[threads] = data_pass.full(theta, **kwargs)
+        on_threads = {n.startswith("pms-pass") for n in names}
+        assert on_threads == {threads > 1}, names
+        assert {n.startswith("pms-read") for n in readers} == ({True} if source == "npy"
+                                                              else set())
+        readers.clear()
+    one, two = results[1], results[2]
+    assert one.loglik == two.loglik
+    np.testing.assert_array_equal(one.grad, two.grad)
+    np.testing.assert_array_equal(one.hess, two.hess)
+    if kind == "glm":
+        assert one.row_constants.shape == (N,)
+        np.testing.assert_array_equal(one.row_constants, two.row_constants)
+    # the sums are the sums: against the rows all at once
+    X, y, _ = data
+    eta = X @ theta + (theta[1] * theta[2] * X[:, 1] * X[:, 2] if source == "product" else 0.0)
+    exact = float(np.sum(y * eta - np.logaddexp(0.0, eta)))
+    assert one.loglik == pytest.approx(exact, rel=1e-12)
+    assert data_pass.n_passes == 2
+
+    # a subsample pass (rows in memory or memory-mapped): its chunks on threads too
+    rows = np.sort(np.random.default_rng(1).choice(N, 30_000, replace=False))
+    subsample = {}
+    for threads in (1, 2):
+        _on(monkeypatch, threads)
+        names.clear()
+        subsample[threads] = data_pass.full(theta, idx_chunks=np.array_split(rows, 3),
+                                            weight=N / rows.size)
+        assert {n.startswith("pms-pass") for n in names} == {threads > 1}, names
+    assert subsample[1].loglik == subsample[2].loglik
+    np.testing.assert_array_equal(subsample[1].hess, subsample[2].hess)
+    assert data_pass.n_passes == 2
+
+
+def test_same_seed_same_step_and_draws_on_one_thread_and_two(data, monkeypatch):
+    """The whole MHSS setup (reference point, control variates, row constants) and the draws
+    that follow do not depend on the number of threads."""
+    draws, steps = {}, {}
+    for threads in (1, 2):
+        _on(monkeypatch, threads)
+        with _model(data, "memory"):
+            step = pms.MHSS(progressbar=False)
+            idata = pm.sample(60, tune=60, chains=1, cores=1, step=step, random_seed=3,
+                              progressbar=False, compute_convergence_checks=False)
+        draws[threads], steps[threads] = idata.posterior["b"].values, step
+    np.testing.assert_array_equal(steps[1].theta_hat, steps[2].theta_hat)
+    np.testing.assert_array_equal(steps[1].setup.reference.row_constants,
+                                  steps[2].setup.reference.row_constants)
+    np.testing.assert_array_equal(draws[1], draws[2])
+
+
+class _FailingPass:
+    """A pass whose third block fails, to see its error come out of the pass."""
+
+    def __init__(self, lik):
+        self.lik = lik
+
+    def thread_copy(self):
+        return _FailingPass(self.lik)
+
+    def block(self, chunk):
+        if chunk[0] == 2 * SETUP_CHUNK_ROWS:
+            raise ZeroDivisionError("block 3")
+        return chunk.size
+
+
+def test_an_error_in_a_block_is_raised_from_the_pass(data, monkeypatch):
+    _on(monkeypatch, 2)
+    lik = SubsampledLikelihood(_model(data, "memory"))
+    with pytest.raises(ZeroDivisionError, match="block 3"):
+        sum(size for _, size in lik.map_row_blocks(_FailingPass(lik)))
+
+
+def test_the_threads_setting(monkeypatch):
+    monkeypatch.delenv(THREADS_VARIABLE, raising=False)
+    assert pass_threads() >= 1
+    _on(monkeypatch, 3)
+    assert pass_threads() == 3
+    for bad in ("0", "two", "-1", "1.5"):
+        monkeypatch.setenv(THREADS_VARIABLE, bad)
+        with pytest.raises(ValueError, match=THREADS_VARIABLE):
+            pass_threads()
