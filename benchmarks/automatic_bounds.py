@@ -70,7 +70,9 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
             b = pm.Normal("b", 0, 5, shape=D - 1)
             c = pm.Normal("c", np.linspace(-1, 1, 3), 3.0,
                           transform=pm.distributions.transforms.ordered)
+            # compute_p=False: no (N, 4) Deterministic of probabilities stored per draw
             pm.OrderedLogistic("y", eta=pm.Data("X", X[:, 1:]) @ b, cutpoints=c,
+                               compute_p=False,
                                observed=np.searchsorted(np.array([-1.0, 0.0, 1.2]),
                                                         eta + rng.logistic(size=n)))
         elif name == "multinomial_logit":

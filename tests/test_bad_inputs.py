@@ -398,6 +398,9 @@ CASES = [
          MHSS, error(E, r"'y'.*switches between formulas on an inequality of its predictors.*"
                         r"class axis picked by the data.*UserBound")),
     # a Tobit and a truncated Normal: tests/test_likelihood_mixtures.py
+    Case("MHSS: softmax of logits without a reference class",
+         partial(row_models.categorical_softmax, 3000), MHSS,  # wide boxes refused at 3,000
+         error(E, r"'y'.*bounded only by values above 1e\+30.*reference class.*UserBound")),
     Case("MHSS: Normal with sigma**2 + 0.1", normal_sigma_not_log_affine, MHSS,
          error(E, r"'resp'.*sampled sigma.*log\(sigma\) is not affine.*UserBound")),
     Case("MHSS: non-affine predictor", non_affine, MHSS,

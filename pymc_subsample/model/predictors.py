@@ -561,6 +561,10 @@ def _all_inputs(graph: Variable) -> list[Variable]:
     return list(graph_inputs([graph]))
 
 
+#: a derivative bound above this is refused (:func:`check_finite_suprema`)
+HUGE_SUPREMUM = 1e30
+
+
 def check_finite_suprema(term, suprema: dict, y: np.ndarray) -> None:
     """Refuse, naming the variable, a row whose derivative suprema are not finite on its box
     (an automatic bound whose box reaches a pole or an undecided switch of the row term)."""
@@ -582,3 +586,14 @@ def check_finite_suprema(term, suprema: dict, y: np.ndarray) -> None:
             f"around the reference point on {int(bad.any(axis=0).sum())} row(s) of a block "
             f"(the first with y = {np.asarray(y).ravel()[row]!r}): the row's predictors can "
             "reach a pole, the edge of the support or a switch of the row term there")
+    huge = np.stack([np.broadcast_to(v, np.shape(y)) for v in suprema.values()]) > HUGE_SUPREMUM
+    if np.any(huge):
+        # finite but useless: the row constants (float32) would overflow, and every move
+        # would read all rows anyway
+        raise unsupported(
+            term.name, f"the derivatives of its row term are bounded only by values above "
+            f"{HUGE_SUPREMUM:.0e} on the region around the reference point, on "
+            f"{int(huge.any(axis=0).sum())} row(s) of a block: the rows' predictor boxes "
+            "are too wide for a useful bound (usually a posterior wide in some direction the "
+            "likelihood does not identify, such as a softmax of logits without a reference "
+            "class: fix one class's logits at 0)")
