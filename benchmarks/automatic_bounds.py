@@ -22,6 +22,7 @@ import time
 import arviz as az
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 
 import pymc_subsample as pms
 from pymc_subsample.model import setup as setup_module
@@ -39,8 +40,9 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
     rng = np.random.default_rng(seed)
     X, eta = _design(rng, n)
     with pm.Model() as m:
-        b = pm.Normal("b", 0, 5, shape=D)
-        lin = pm.Data("X", X) @ b
+        if name not in ("ordered_logistic", "multinomial_logit"):
+            b = pm.Normal("b", 0, 5, shape=D)
+            lin = pm.Data("X", X) @ b
         if name == "binomial":
             trials = rng.integers(1, 20, n)
             pm.Binomial("y", n=trials, logit_p=lin,
@@ -82,6 +84,24 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
             s = pm.HalfNormal("s", 2.0)
             pm.HurdleLogNormal("y", psi=psi, mu=lin, sigma=s, observed=np.where(
                 rng.random(n) < 0.2, 0.0, np.exp(eta + 0.8 * rng.normal(size=n))))
+        elif name == "ordered_logistic":
+            # no intercept column (the cutpoints take its place): d = 9 + 3
+            b = pm.Normal("b", 0, 5, shape=D - 1)
+            c = pm.Normal("c", np.linspace(-1, 1, 3), 3.0,
+                          transform=pm.distributions.transforms.ordered)
+            # compute_p=False: no (N, 4) Deterministic of probabilities stored per draw
+            pm.OrderedLogistic("y", eta=pm.Data("X", X[:, 1:]) @ b, cutpoints=c,
+                               compute_p=False,
+                               observed=np.searchsorted(np.array([-1.0, 0.0, 1.2]),
+                                                        eta + rng.logistic(size=n)))
+        elif name == "multinomial_logit":
+            B = pm.Normal("B", 0, 5, shape=(D, 2))
+            logits = np.column_stack([np.zeros(n), eta, -eta])
+            p = np.exp(logits - logits.max(1, keepdims=True))
+            u = rng.random(n)[:, None]
+            y = (u > np.cumsum(p / p.sum(1, keepdims=True), 1)).sum(1)
+            pm.Categorical("y", logit_p=pt.concatenate(
+                [pt.zeros((n, 1)), pm.Data("X", X) @ B], axis=1), observed=y)
         elif name == "logistic":
             pm.Bernoulli("y", logit_p=lin, observed=rng.binomial(1, 1 / (1 + np.exp(-eta))))
         elif name == "poisson_log":
@@ -139,7 +159,8 @@ def main() -> None:
     parser.add_argument("--nuts-draws", type=int, default=500)
     args = parser.parse_args()
     new = ["binomial", "lognormal", "exponential", "weibull", "beta", "beta_binomial",
-           "censored_weibull", "zero_inflated_poisson", "hurdle_lognormal"]
+           "censored_weibull", "zero_inflated_poisson", "hurdle_lognormal",
+           "ordered_logistic", "multinomial_logit"]
     both = ["logistic", "poisson_log", "normal_sigma"]
     cases = [(f, False) for f in new] + [(f, a) for f in both for a in (False, True)]
     if args.families:

@@ -46,7 +46,7 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("logistic_product", 20_000, 4, 9), ("logistic", 20_000, 4, 9),
          ("censored_weibull_right", 3000, row_models.D + 1, 4),
          ("zero_inflated_poisson", 3000, row_models.D + 1, 4),
-         *((name, 20_000, row_models.D + 1 if name != "normal_mixture" else 2, 4)
+         *((name, 20_000, row_models.COEFFICIENTS.get(name, row_models.D + 1), 4)
            for name in row_models.AUTOMATIC)]
 #: Groups of the random-effects cases, and of the many-levels one (rows split by level,
 #: the arrow frame: at least ``pymc_subsample.model.levels.MIN_SPLIT_LEVELS``).

@@ -224,7 +224,8 @@ def ordered_logistic(n: int, seed: int = 0) -> pm.Model:
         b = _coef(shape=D)
         c = pm.Normal("c", np.linspace(-1, 1, 3), 2.0,
                       transform=pm.distributions.transforms.ordered)
-        pm.OrderedLogistic("y", eta=X @ b, cutpoints=c, observed=y)
+        # compute_p=False: no N × K Deterministic of probabilities stored with every draw
+        pm.OrderedLogistic("y", eta=X @ b, cutpoints=c, compute_p=False, observed=y)
     return model
 
 
@@ -386,5 +387,7 @@ MODELS: dict[str, Callable[..., pm.Model]] = {
 AUTOMATIC: tuple[str, ...] = (
     "binomial_trials_array", "beta_binomial_trials", "lognormal", "beta", "exponential",
     "weibull", "censored_weibull_right", "censored_exponential_right", "zero_inflated_poisson",
-    "hurdle_lognormal", "normal_mixture",
+    "hurdle_lognormal", "normal_mixture", "ordered_logistic",
 )
+#: coefficients ``b`` of the models where they are not ``D + 1``
+COEFFICIENTS: dict[str, int] = {"normal_mixture": 2, "ordered_logistic": D}

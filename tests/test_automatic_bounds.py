@@ -418,6 +418,10 @@ def _class_axis_term(name):
 #: family: (predictors, how many of them one value per row) once the class axis is columns
 CLASS_AXIS = {
     "zero_inflated_poisson": (2, 1),  # η, logit ψ (the y·η beside e^η is not another one)
+    # the row's class picked by y: η and the three cutpoints' unconstrained coordinates (each
+    # c_k − η read as its parts), and a multinomial logit's two linear predictors
+    "ordered_logistic": (4, 1),
+    "categorical_reference_zeros": (2, 2),
 }
 
 

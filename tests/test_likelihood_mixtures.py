@@ -142,9 +142,19 @@ def test_approximate_steps_sample(model, step, laplace):
         assert np.all(np.isfinite(idata.posterior[name.name].values))
 
 
-def test_mhss_has_no_automatic_bound(model):
+#: why MHSS refuses each (a censored or truncated Normal: the normal log-CDF's switch between
+#: two formulas at z = −1, undecided on the rows whose box reaches it)
+_NO_BOUND_BECAUSE = {
+    "censored": r"switches between formulas on an inequality of its predictors.*log-CDF",
+    "truncated_normal": r"switches between formulas on an inequality of its predictors.*log-CDF",
+}
+
+
+def test_mhss_has_no_automatic_bound(model, request):
+    why = _NO_BOUND_BECAUSE.get(request.node.callspec.params["model"], "")
     with model:
-        with pytest.raises(SubsamplingModelError, match=r"no automatic bound.*'y'.*UserBound"):
+        with pytest.raises(SubsamplingModelError,
+                           match=rf"no automatic bound.*'y'.*{why}.*UserBound"):
             pms.MHSS()
 
 

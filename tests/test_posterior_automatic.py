@@ -1,10 +1,11 @@
 """MHSS with automatic bounds (no hand-derived family) against NUTS on the same model.
 
 Every model of :data:`tests.row_models.AUTOMATIC` — Binomial with per-row trials,
-BetaBinomial, LogNormal, Beta, Exponential and Weibull (plain and right-censored), a
-zero-inflated and a hurdle Poisson, a hurdle LogNormal and a two-component Normal mixture —
+BetaBinomial, LogNormal, Beta, Exponential and Weibull (plain and right-censored),
+a zero-inflated Poisson, a hurdle LogNormal, a two-component Normal mixture and ordinal logit
+with sampled cutpoints —
 as a plain PyMC model with ``pms.MHSS()`` and no arguments, at N = 20,000 rows, against the
-stored NumPyro NUTS references of ``tests/make_glm_references.py`` (4 × 2,500 draws): every
+stored NUTS references of ``tests/make_glm_references.py`` (4 × 2,500 draws): every
 coordinate of every free variable within 4.5 combined MCSEs, sd within 10 %, nothing clipped,
 full-data fallback below 0.1 %, and at most :data:`MAX_ROWS` rows read per iteration.
 """

@@ -73,6 +73,8 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
     ("censored_exponential", "Censored(Exponential.dist(lam=exp(-η)), upper=c)"),
     ("hurdle_lognormal", "HurdleLogNormal with mu=η, a sampled sigma and a sampled psi"),
     ("normal_mixture", "NormalMixture with fixed w and sigma, mu the sampled component means"),
+    ("ordered_logistic", "OrderedLogistic with eta=η and sampled cutpoints (ordered transform, "
+                         "at most 3)"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
@@ -98,6 +100,9 @@ EVAL_ROWS = 16_384
 #: where the boxes are wide and a natural enclosure loose) the box is bisected into more pieces
 PIECES_BUDGET = 65_536
 MAX_PIECES = 8
+#: with more than two predictors, derivatives of at most this order are simplified by
+#: PyTensor's rewrites (:meth:`AutomaticFamily._partial`)
+SIMPLIFY_ORDER = 2
 #: the widening of a piece's ends: a few ulps of ``|p̂| + 2w`` (each end is a few roundings)
 _OUTWARD_REL = 2.0**-48
 _OUTWARD_ABS = 2.0**-1070
@@ -139,6 +144,11 @@ class AutomaticFamily:
     NoIntervalRule
         If a derivative graph has an op the interval evaluator has no rule for.
     """
+
+    #: whether ``f`` compares a predictor with ``<``, ``≤``, ``>``, ``≥`` (a switch between
+    #: formulas, such as PyMC's stabilised normal log-CDF at ``z = −1``): its bound is
+    #: infinite on every row whose box reaches the switch point
+    inequality_switches = False
 
     #: interval enclosures of derivative graphs on every row: several times a pass over the
     #: data, so the reference fit computes them once, at the mode
@@ -183,6 +193,8 @@ class AutomaticFamily:
                     and not isinstance(getattr(cond.owner.op, "scalar_op", None),
                                        ps.EQ | ps.NEQ)):
                 conditions.append(cond)
+            if isinstance(scalar, ps.LT | ps.LE | ps.GT | ps.GE):
+                self.inequality_switches = True
         return conditions
 
     def row_logp(self, predictors: Sequence[Variable], y: Variable,
@@ -203,10 +215,12 @@ class AutomaticFamily:
             grad = pt.grad(self._partial(lower).sum(), self._predictors[j],
                            disconnected_inputs="ignore")
             # simplified at each order (rewriting the third derivatives at once can take
-            # PyTensor minutes), up to the third: the fourth, only the mean-value form's
-            # gradients, would take seconds each and evaluate as well unsimplified
+            # PyTensor minutes) up to SIMPLIFY_ORDER: beyond, the rewrites of a row term with
+            # many predictors (an ordinal model's switch over its classes) ran for minutes,
+            # and the unsimplified graphs are enclosed as validly (only less tightly)
+            simplify = sum(alpha) <= (3 if self.n_predictors <= 2 else SIMPLIFY_ORDER)
             self._memo[alpha] = (rewrite_graph(grad, include=("canonicalize",))
-                                 if sum(alpha) <= 3 else grad)
+                                 if simplify else grad)
         return self._memo[alpha]
 
     def derivatives(self, order: int) -> tuple[list[tuple[int, ...]], list[Variable]]:
@@ -223,11 +237,16 @@ class AutomaticFamily:
             self._derivative_graphs[order] = (alphas, _merged(self._inputs, graphs))
         return self._derivative_graphs[order]
 
+    def check_row_rules(self) -> None:
+        """Raise :class:`~pymc_subsample.bounds.interval.NoIntervalRule` naming an op of the
+        row term itself that has no interval rule (before any derivative is built)."""
+        check_rules([self._f], [*self._predictors, *self._data])
+
     def check_rules(self, order: int) -> None:
         """Raise :class:`~pymc_subsample.bounds.interval.NoIntervalRule` naming an op of the
         derivative graphs (or of ``f``'s conditions) that has no interval rule."""
         inputs = [*self._predictors, *self._data]
-        check_rules([self._f], inputs)  # the row term's own ops first: named as written
+        self.check_row_rules()  # the row term's own ops first: named as written
         _, graphs = self.derivatives(order)
         check_rules([*graphs, *self._conditions], inputs)
 

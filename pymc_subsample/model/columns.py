@@ -1,24 +1,27 @@
 """A row term with a small class axis, rewritten as one elementwise graph per row.
 
-Zero-inflated and mixture likelihoods compute a row's log density through an ``(n, K)``
-array with a small, static ``K``: ``log Σ_k exp(log w_k + log p_k(y_i))``, the weights a
-``MakeVector`` of a shared ``ψ``. The automatic bound (:mod:`pymc_subsample.model.predictors`)
-reads predictors that are one value per row or one for all rows, so :func:`expand_class_axis`
-rewrites such a graph into ``K`` column vectors and the reductions over them into elementwise
-ops:
+Several PyMC likelihoods compute a row's log density through an ``(n, K)`` array with a small,
+static ``K``: a zero-inflated or mixture family's ``log Σ_k exp(log w_k + log p_k)`` (the
+weights a ``MakeVector`` of a shared ``ψ``), a categorical's ``log softmax(logits)[y]``, an
+ordinal model's ``log(σ(c_y − η) − σ(c_{y−1} − η))`` read off a vector of cutpoints. The
+automatic bound (:mod:`pymc_subsample.model.predictors`) reads predictors that are one value
+per row or one for all rows, so :func:`expand_class_axis` rewrites such a graph into ``K``
+column vectors and the reductions over them into elementwise ops:
 
 - an elementwise op of arrays is the op of their columns; a ``Join`` along the class axis
-  concatenates columns; ``X @ B`` has the columns ``X @ B[:, k]``; a vector of parameters
-  broadcast along the class axis (the weights) has one scalar per column;
-- a sum over the class axis is the sum of the columns, and ``log Σ_k exp(a_k)`` is written
-  pivoted on one column (:func:`_log_sum_exp`: smooth, no ``max``);
+  concatenates columns; ``X @ B`` has the columns ``X @ B[:, k]``; a vector of ``K``
+  parameters broadcast along the class axis (weights, cutpoints) has one scalar per column,
+  read through ``MakeVector``, ``cumsum``, set-subtensors and elementwise ops;
+- a sum over the class axis is the sum of the columns; ``log Σ_k exp(a_k)`` (a mixture),
+  ``softmax`` and ``log_softmax`` are written with ``L = log Σ_j exp(c_j)`` pivoted on one
+  column (:func:`_log_sum_exp`: smooth, no ``max``);
+- the row's own class ``a[i, y_i]`` (``take_along_axis`` by the data) is a ``switch`` on
+  ``y_i = k``, decided exactly on every row since ``y`` is data;
 - the shapes of the arrays are their static class counts and the number of rows.
 
-The rewrite is exact (the same values and derivatives). A row that picks its own class by
-the data (``Categorical``, ``OrderedLogistic``, ``OrderedProbit``: ``p[i, y_i]``) is refused:
-its column form is exact too, but the automatic bound's derivative graphs of it (a switch
-over the classes of ``K − 1`` or more predictors) take PyTensor many minutes to build.
-Anything else with two axes that depends on the parameters is refused, naming the op.
+The rewrite is exact (the same values, the same derivatives: a switch on data picks one
+branch). Anything else with two axes that depends on the parameters is left alone, and the
+predictor reader refuses it as before, naming the op.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Constant, Variable
 from pytensor.scalar import basic as ps
-from pytensor.tensor.basic import Join, MakeVector
+from pytensor.tensor.basic import AllocEmpty, ARange, Join, MakeVector
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
+from pytensor.tensor.extra_ops import CumOp
 from pytensor.tensor.math import Dot
 from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
+from pytensor.tensor.special import LogSoftmax, Softmax
 from pytensor.tensor.subtensor import (
     AdvancedSubtensor,
+    IncSubtensor,
     Subtensor,
     indices_from_subtensor,
 )
@@ -72,6 +78,8 @@ class _Expander:
         self._vec: dict[Variable, Variable] = {}
         self._cols: dict[Variable, list[Variable]] = {}
         self._elems: dict[Variable, list[Variable]] = {}
+        #: whether the row term sums over its classes (a mixture), not only picks one by y
+        self.mixture = False
 
     def touches(self, var: Variable) -> bool:
         """Whether ``θ`` is an ancestor of ``var`` (through shapes too)."""
@@ -106,6 +114,7 @@ class _Expander:
         if isinstance(getattr(op, "scalar_op", None), ps.Log) and summed is not None \
                 and self._depends_by_value(summed):
             # log Σ_k exp(a_k) over the class axis (a mixture's row density)
+            self.mixture = True
             return self._as(var, _log_sum_exp(self.cols(summed)))
         if not wide:
             inputs = [self.vec_matrix(v) if v.type.ndim >= 2 else self.vec(v)
@@ -220,11 +229,14 @@ class _Expander:
             if self._depends_by_value(x) or b.type.ndim != 2:
                 raise NotExpandable("Dot (parameters on the left)")
             return [pt.dot(self.vec_matrix(x), b[:, j]) for j in range(k_out)]
+        if isinstance(op, Softmax | LogSoftmax) and op.axis in (1, -1):
+            cols = self.cols(node.inputs[0])
+            log_total = _log_sum_exp(cols)
+            if isinstance(op, LogSoftmax):
+                return [c - log_total for c in cols]
+            return [pt.exp(c - log_total) for c in cols]
         if isinstance(op, AdvancedSubtensor):
-            raise NotExpandable(
-                "AdvancedSubtensor: the row picks its own class by the data (a Categorical or "
-                "ordinal likelihood), not read yet: the derivative graphs of its column form "
-                "take PyTensor many minutes to build")
+            return [self._take_along_classes(node)]
         raise NotExpandable(type(op).__name__)
 
     def _broadcast_cols(self, var: Variable, k_out: int) -> list[Variable]:
@@ -242,11 +254,34 @@ class _Expander:
             raise NotExpandable(f"an elementwise op of {len(cols)} and {k_out} classes")
         return cols
 
+    def _take_along_classes(self, node) -> Variable:
+        """``a[arange(n)[:, None], j]`` with ``j`` (rows × 1) data: the class ``j_i`` of each
+        row as a switch on ``j_i = k`` (decided on every row: ``j`` is exact)."""
+        a, rows, which = node.inputs
+        if not (isinstance(rows.owner and rows.owner.op, DimShuffle)
+                and tuple(rows.owner.op.new_order) == (0, "x")
+                and isinstance(rows.owner.inputs[0].owner and rows.owner.inputs[0].owner.op,
+                               ARange)):
+            raise NotExpandable("AdvancedSubtensor (not one class per row)")
+        start, _stop, step = rows.owner.inputs[0].owner.inputs
+        if _constant_int(start) != 0 or _constant_int(step) != 1 or which.type.ndim != 2 \
+                or which.type.shape[1] != 1 or self._depends_by_value(which):
+            raise NotExpandable("AdvancedSubtensor (not one class per row)")
+        cols = self.cols(a)
+        j = self.vec_matrix(which)[:, 0]
+        out = cols[-1]
+        for k in range(len(cols) - 2, -1, -1):
+            out = pt.switch(pt.eq(j, k), cols[k], out)
+        return out
+
     # ------------------------------------------------------------------ parameter vectors
-    def elems(self, var: Variable) -> list[Variable]:
-        """The scalars of a vector of static length that runs along the class axis."""
+    def elems(self, var: Variable, partial: bool = False) -> list[Variable]:
+        """The scalars of a vector of static length that runs along the class axis (None
+        for an element of an empty array not yet set, only if ``partial``)."""
         if var not in self._elems:
             self._elems[var] = self._elems_node(var)
+        if not partial and any(e is None for e in self._elems[var]):
+            raise NotExpandable("IncSubtensor (an element left unset)")
         return self._elems[var]
 
     def _elems_node(self, var: Variable) -> list[Variable]:
@@ -263,6 +298,33 @@ class _Expander:
                 e = self.elems(v) if v.type.ndim == 1 else [self.vec(v)]
                 per_input.append(e * k if len(e) == 1 else e)
             return [op(*ins) for ins in zip(*per_input, strict=True)]
+        if isinstance(op, CumOp) and op.mode == "add" and op.axis in (0, -1, None):
+            out, total = [], None
+            for e in self.elems(node.inputs[0]):
+                total = e if total is None else total + e
+                out.append(total)
+            return out
+        if isinstance(op, IncSubtensor) and op.set_instead_of_inc:
+            x, y, *idx = node.inputs
+            (where,) = indices_from_subtensor(idx, op.idx_list)
+            base = [None] * k if isinstance(x.owner and x.owner.op, AllocEmpty) \
+                else list(self.elems(x, partial=True))
+            positions = list(range(k))
+            if isinstance(where, slice):
+                bounds = [_constant_int(b) if b is not None else None
+                          for b in (where.start, where.stop, where.step)]
+                chosen = positions[slice(*bounds)]
+                values = self.elems(y) if y.type.ndim == 1 else [self.vec(y)] * len(chosen)
+            else:
+                at = _constant_int(where)
+                if at is None:
+                    raise NotExpandable("IncSubtensor (not a constant index)")
+                chosen, values = [positions[at]], [self.vec(y)]
+            if len(values) != len(chosen):
+                raise NotExpandable("IncSubtensor")
+            for p, v in zip(chosen, values, strict=True):
+                base[p] = v
+            return base  # an element still unset is None: refused where it is read
         if isinstance(op, Join) and _constant_int(node.inputs[0]) in (0, -1):
             return [e for part in node.inputs[1:] for e in self.elems(part)]
         # any other vector of the parameters: its elements, read by index
@@ -308,9 +370,12 @@ def _indices(node) -> tuple:
     return tuple(indices) + (slice(None),) * (2 - len(indices))
 
 
-def expand_class_axis(graph: Variable, theta: Variable, n_rows: Variable) -> Variable:
+def expand_class_axis(graph: Variable, theta: Variable,
+                      n_rows: Variable) -> tuple[Variable, bool]:
     """``graph`` (one value per row) with its two-axis parts that depend on ``theta``
-    rewritten as class columns (module docstring); ``graph`` itself if it has none.
+    rewritten as class columns (module docstring), ``graph`` itself if it has none; and
+    whether the row term sums over its classes (a mixture's ``log Σ_k exp``), where picking
+    one class per row by the data (a categorical or ordinal row) is not a mixture.
 
     Raises
     ------
@@ -320,8 +385,9 @@ def expand_class_axis(graph: Variable, theta: Variable, n_rows: Variable) -> Var
     expander = _Expander(theta, n_rows)
     if not any(v.type.ndim >= 2 and expander.touches(v) and expander._depends_by_value(v)
                for v in _ancestors(graph)):
-        return graph
-    return expander.vec(graph)
+        return graph, False
+    out = expander.vec(graph)
+    return out, expander.mixture
 
 
 def _ancestors(graph: Variable) -> list[Variable]:

@@ -88,6 +88,56 @@ def _negated(var: Variable) -> Variable | None:
     return None
 
 
+def _constant_value(var: Variable) -> float | None:
+    """The one value of a constant, or of a fill or broadcast of one (``zeros_like(x)``)."""
+    while var.owner is not None:
+        op = var.owner.op
+        if isinstance(getattr(op, "scalar_op", None), ps.Second):
+            var = var.owner.inputs[1]
+        elif isinstance(op, DimShuffle | Alloc | SpecifyShape):
+            var = var.owner.inputs[0]
+        else:
+            return None
+    if not isinstance(var, Constant):
+        return None
+    values = np.unique(np.asarray(var.data))
+    return float(values[0]) if values.size == 1 else None
+
+
+def _sigmoid_arg(var: Variable) -> Variable | None:
+    """``z`` when ``var`` is ``σ(z)``."""
+    return var.owner.inputs[0] if isinstance(_scalar_of(var), psm.Sigmoid) else None
+
+
+def _log_forms(x: Variable) -> Variable | None:
+    r"""``log x`` in a form whose pieces are monotone in one variable each, or None:
+    ``log switch(c, a, b) = switch(c, log a, log b)`` (a row's own class picked by the data)
+    and the ordinal logit's interval probability
+
+    .. math::
+
+        \log(\sigma(a) - \sigma(b)) = -\mathrm{softplus}(-a) - \mathrm{softplus}(b)
+        + \mathrm{log1mexp}(b - a),
+
+    since :math:`\sigma(a) - \sigma(b) = \sigma(a)(1 - \sigma(b))(1 - e^{b-a})`; the end
+    classes' :math:`\sigma(a) - 0` and :math:`1 - \sigma(b)` likewise."""
+    op = _scalar_of(x)
+    if isinstance(op, ps.Switch):
+        cond, a, b = x.owner.inputs
+        return pt.switch(cond, pt.log(a), pt.log(b))
+    if not isinstance(op, ps.Sub):
+        return None
+    first, second = x.owner.inputs
+    a, b = _sigmoid_arg(first), _sigmoid_arg(second)
+    if a is not None and b is not None:
+        return -pt.softplus(-a) - pt.softplus(b) + pt.log1mexp(b - a)
+    if a is not None and _constant_value(second) == 0.0:
+        return -pt.softplus(-a)
+    if b is not None and _constant_value(first) == 1.0:
+        return -pt.softplus(b)
+    return None
+
+
 @node_rewriter([Elemwise])
 def _exp_forms(fgraph, node):
     """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)``,
@@ -111,6 +161,8 @@ def _exp_forms(fgraph, node):
         out = -pt.softplus(negated.owner.inputs[0])
     elif isinstance(scalar, ps.Log) and isinstance(_scalar_of(node.inputs[0]), psm.Sigmoid):
         out = -pt.softplus(-node.inputs[0].owner.inputs[0])
+    elif isinstance(scalar, ps.Log) and _log_forms(node.inputs[0]) is not None:
+        out = _log_forms(node.inputs[0])
     elif isinstance(scalar, ps.Pow):
         base, k = node.inputs
         if isinstance(getattr(base.owner and base.owner.op, "scalar_op", None), ps.Exp):
@@ -165,6 +217,8 @@ class _Reader:
                 inputs = var.owner.inputs
                 if isinstance(var.owner.op, Alloc):
                     inputs = inputs[:1]
+                elif isinstance(_scalar_of(var), ps.Second):  # fill(x, v): v, x's shape
+                    inputs = inputs[1:]
                 value = any(self.depends(v, on) for v in inputs)
             self._on[key] = value
         return self._on[key]
@@ -299,10 +353,24 @@ def _check_shapes(lik: SubsampledLikelihood, name: str, predictors: list[Variabl
                      "indexed by the data such as cutpoints, is not read yet)"))
 
 
+#: the refusal of a row term that switches between formulas on an inequality of its predictors
+_SWITCHES = (
+    "its row term (a {dist}) switches between formulas on an inequality of its predictors, "
+    "through {where}: the automatic bound needs every such switch decided on each row's whole "
+    "box around the reference point, which fails on the rows whose box reaches a switch "
+    "point"
+)
+
 #: Most predictors of a row term read through a class axis (:mod:`.columns`): the zero-inflated
 #: Poisson's two (η, ψ) build in seconds, the zero-inflated negative binomial's three did not
 #: finish in ten minutes.
 MAX_MIXTURE_PREDICTORS = 2
+#: Most predictors of a row term that picks its class by the data (through a class axis, with
+#: the derivatives above the second order left unsimplified): an ordinal logit's η and
+#: cutpoints, a multinomial logit's K − 1 linear predictors. Four (four ordered classes) build
+#: in under a minute at N = 3,000 (more were not measured); the derivative graphs grow with the
+#: number of multi-indices (126 of the fourth order in five predictors).
+MAX_CLASS_PREDICTORS = 4
 
 
 def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[PredictorTerm]:
@@ -332,20 +400,28 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
         # a small class axis (a mixture's weights, one observation per row) as columns: only
         # where the row term as written is not read, so that what was read stays as it was
         try:
-            columns = expand_class_axis(graph, lik.theta, n_rows)
+            columns, mixture = expand_class_axis(graph, lik.theta, n_rows)
         except NotExpandable as err:
             raise unsupported(name, _NOT_PREDICTORS.format(what=str(err))) from None
         if columns is graph:
             raise as_written
-        terms.append(_predictor_term(lik, block, columns, rows, order, expanded=True))
+        # the row's own class (a switch on y) and the ordinal interval probabilities in their
+        # monotone forms before the predictors are read: c_k − η, c_{k−1} − c_k, ... cancel
+        columns = rewrite_graph(
+            rewrite_graph(columns, include=(),
+                          custom_rewrite=in2out(_exp_forms, ignore_newtrees=False)),
+            include=("canonicalize",))
+        terms.append(_predictor_term(lik, block, columns, rows, order, expanded=True,
+                                     mixture=mixture))
     return terms
 
 
 def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set,
-                    order: int, *, expanded: bool) -> PredictorTerm:
+                    order: int, *, expanded: bool, mixture: bool = False) -> PredictorTerm:
     """One observed variable's row term ``graph`` as ``f(p_1..p_K; data)``
     (:func:`detect_predictor_terms`); ``expanded``: ``graph`` went through
-    :func:`~pymc_subsample.model.columns.expand_class_axis`."""
+    :func:`~pymc_subsample.model.columns.expand_class_axis`, ``mixture``: it sums over the
+    classes there."""
     name = block.name
     n_rows = lik.idx.shape[0]
     reader = _Reader(lik.theta, rows)
@@ -363,7 +439,14 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
         if _core(var) not in cores:
             cores.append(_core(var))
     _check_shapes(lik, name, cores)
-    if expanded and len(cores) > MAX_MIXTURE_PREDICTORS:
+    if expanded and not mixture and len(cores) > MAX_CLASS_PREDICTORS:
+        raise unsupported(
+            name, f"its row term picks its class by the data (a categorical or ordinal "
+            f"likelihood) through {len(cores)} predictors; the automatic bound builds its "
+            f"derivatives for at most {MAX_CLASS_PREDICTORS} (an ordinal model with at most "
+            f"{MAX_CLASS_PREDICTORS - 1} cutpoints, a multinomial logit with at most "
+            f"{MAX_CLASS_PREDICTORS + 1} classes)")
+    if mixture and len(cores) > MAX_MIXTURE_PREDICTORS:
         # a zero-inflated negative binomial (η, α and ψ): PyTensor's simplification of
         # its third derivatives ran for over ten minutes at N = 3,000
         raise unsupported(
@@ -402,6 +485,16 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
             f, placeholders, data, name=f"automatic_{_dist_name(block).lower()}",
             description=f"{_dist_name(block)} rows bounded from their graph in "
                         f"{len(placeholders)} affine predictor(s)")
+        family.check_row_rules()
+        if expanded and not mixture and family.inequality_switches:
+            # an ordinal probit's log(Φ(a) − Φ(b)): PyMC's log_diff_normal_cdf picks one of
+            # three formulas by the signs of a and b. Its derivatives in all the classes'
+            # predictors did not finish building in ten minutes, and every row whose box
+            # reaches a sign change would have no bound anyway
+            raise unsupported(name, _SWITCHES.format(
+                dist=_dist_name(block), where="a class axis picked by the data (an ordinal "
+                "probit's log(Φ(c_k − η) − Φ(c_{k−1} − η)) is one of three formulas chosen by "
+                "the signs of its arguments)"))
         family.check_rules(order)
     except NonSmoothRow as err:
         raise unsupported(name, f"its row term takes {err.op_name} of a parameter, which "
@@ -423,17 +516,30 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
 def _unscaled(found: list[Variable], reader: _Reader) -> list[Variable]:
     """``found`` with a product ``y·q`` of row data and another predictor ``q`` read as
     ``q`` (``y`` stays in the row term): a Poisson's ``y·log μ = y·η`` beside its ``e^η``
-    is one predictor ``η``, not two."""
-    cores = {_core(v) for v in found}
-    out: list[Variable] = []
-    for var in found:
-        scalar = _scalar_of(var)
-        if isinstance(scalar, ps.Mul):
-            moving = [v for v in var.owner.inputs if reader.depends(v)]
-            if len(moving) == 1 and _core(moving[0]) in cores and _core(moving[0]) is not var:
-                var = moving[0]
-        if var not in out:
-            out.append(var)
+    is one predictor ``η``, not two. Likewise a sum or difference of predictors found on their
+    own elsewhere is read as its parts: an ordinal row's ``c_k − η`` beside ``η`` and ``c_k``
+    (``c_k`` a cutpoint), so that each cutpoint and ``η`` are one predictor each, not one per
+    combination."""
+    out = list(found)
+    changed = True
+    while changed:
+        changed = False
+        cores = {_core(v) for v in out}
+        new: list[Variable] = []
+        for var in out:
+            scalar = _scalar_of(var)
+            parts = [var]
+            moving = ([v for v in var.owner.inputs if reader.depends(v)]
+                      if isinstance(scalar, ps.Mul | ps.Add | ps.Sub | ps.Neg) else [])
+            if isinstance(scalar, ps.Mul):
+                if len(moving) == 1 and _core(moving[0]) in cores \
+                        and _core(moving[0]) is not var:
+                    parts = moving
+            elif moving and any(_core(v) in cores and _core(v) is not var for v in moving):
+                parts = moving
+            changed |= parts != [var]
+            new.extend(v for v in parts if v not in new)
+        out = new
     return out
 
 
@@ -455,14 +561,39 @@ def _all_inputs(graph: Variable) -> list[Variable]:
     return list(graph_inputs([graph]))
 
 
+#: a derivative bound above this is refused (:func:`check_finite_suprema`)
+HUGE_SUPREMUM = 1e30
+
+
 def check_finite_suprema(term, suprema: dict, y: np.ndarray) -> None:
     """Refuse, naming the variable, a row whose derivative suprema are not finite on its box
     (an automatic bound whose box reaches a pole or an undecided switch of the row term)."""
     bad = ~np.isfinite(np.stack([np.broadcast_to(v, np.shape(y)) for v in suprema.values()]))
     if np.any(bad):
         row = int(np.argmax(bad.any(axis=0)))
+        if term.family.inequality_switches:
+            # rows whose box reaches a stabilised log-CDF's switch (a Tobit's normal_lcdf at
+            # z = −1), the usual cause; a pole is possible too, and named with it
+            raise unsupported(term.name, _SWITCHES.format(
+                dist=term.family.name.removeprefix("automatic_"),
+                where=f"its log-CDF or a similar stabilised function (on "
+                      f"{int(bad.any(axis=0).sum())} row(s) of a block, the first with y = "
+                      f"{np.asarray(y).ravel()[row]!r}, the box reaches a switch point or a "
+                      "pole; the switches are checked on every row, also where the row's data "
+                      "select another branch, such as a censored row's)"))
         raise unsupported(
             term.name, f"the derivatives of its row term have no finite bound on the region "
             f"around the reference point on {int(bad.any(axis=0).sum())} row(s) of a block "
             f"(the first with y = {np.asarray(y).ravel()[row]!r}): the row's predictors can "
             "reach a pole, the edge of the support or a switch of the row term there")
+    huge = np.stack([np.broadcast_to(v, np.shape(y)) for v in suprema.values()]) > HUGE_SUPREMUM
+    if np.any(huge):
+        # finite but useless: the row constants (float32) would overflow, and every move
+        # would read all rows anyway
+        raise unsupported(
+            term.name, f"the derivatives of its row term are bounded only by values above "
+            f"{HUGE_SUPREMUM:.0e} on the region around the reference point, on "
+            f"{int(huge.any(axis=0).sum())} row(s) of a block: the rows' predictor boxes "
+            "are too wide for a useful bound (usually a posterior wide in some direction the "
+            "likelihood does not identify, such as a softmax of logits without a reference "
+            "class: fix one class's logits at 0)")
