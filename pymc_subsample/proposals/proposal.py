@@ -42,6 +42,7 @@ __all__ = [
     "LangevinProposal",
     "PCNProposal",
     "RandomWalkProposal",
+    "checked_rho",
     "cholesky_factor",
     "make_proposal",
 ]
@@ -117,6 +118,14 @@ class RandomWalkProposal:
         return phi + self.scale * (z if self.chol is None else self.chol @ z), 0.0
 
 
+def checked_rho(value: float) -> float:
+    """``value`` as a pCN autocorrelation ``ρ``, which must be in ``[0, 1)``."""
+    value = float(value)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"the pCN autocorrelation rho must be in [0, 1); got {value!r}")
+    return value
+
+
 class PCNProposal:
     """Preconditioned Crank–Nicolson ``φ' = μ + ρ(φ − μ) + √(1 − ρ²) z`` around ``N(μ, I)``.
 
@@ -152,10 +161,7 @@ class PCNProposal:
 
     @parameter.setter
     def parameter(self, value: float) -> None:
-        value = float(value)
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"the pCN autocorrelation rho must be in [0, 1); got {value!r}")
-        self.rho = value
+        self.rho = checked_rho(value)
 
     def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
         """Return ``φ'`` and ``log g(φ) − log g(φ') = ½(‖φ' − μ‖² − ‖φ − μ‖²)``."""

@@ -34,7 +34,7 @@ from pymc_subsample.bounds import LevelBound, LevelRows
 from pymc_subsample.kernels.mhss import LevelsInfo, mhss_accept_levels
 from pymc_subsample.model.frame import LevelFrame
 from pymc_subsample.model.levels import LevelHessian, LevelLayout, LevelPrior, reads_levels
-from pymc_subsample.proposals.proposal import PCNProposal
+from pymc_subsample.proposals.proposal import PCNProposal, checked_rho
 
 __all__ = [
     "CollapsedFixedProposal",
@@ -330,10 +330,7 @@ class CollapsedFixedProposal:
 
     @parameter.setter
     def parameter(self, value: float) -> None:
-        value = float(value)
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"the pCN autocorrelation rho must be in [0, 1); got {value!r}")
-        self.rho = value
+        self.rho = checked_rho(value)
 
     def gaussian(self, theta: np.ndarray):
         """``(D_s, C/D_s, r_L/D_s, b̄, L_S)`` of the Gaussian given ``θ_H``, or None."""
