@@ -80,12 +80,22 @@ def _run_block(data_pass, args: tuple, names: tuple[str, ...], start: int, stop:
                *blocks):
     """``data_pass.block(idx, *args)`` on rows ``start:stop``, their Dask blocks given (a
     task)."""
-    token = _GIVEN_ROWS.set({"range": (start, stop), **dict(zip(names, blocks, strict=True))})
+    given = {"range": (start, stop), **dict(zip(names, blocks, strict=True))}
     lock = _BLOCK_LOCKS.setdefault(id(data_pass), threading.Lock())
+    with lock, threadpool_limits(limits=1, user_api="blas"):
+        # θ, like the blocks, arrives as a view into the task's message: align it too
+        return _block_given(data_pass, np.arange(start, stop, dtype=np.int64),
+                            _aligned(args), given)
+
+
+def _block_given(data_pass: DataPass, idx: np.ndarray, args: tuple, given: dict | None):
+    """``data_pass.block(idx, *args)``, reading the rows ``given`` (as :data:`_GIVEN_ROWS`
+    hands them over: read ahead, or a Dask task's blocks) instead of the sources."""
+    if given is None:
+        return data_pass.block(idx, *args)
+    token = _GIVEN_ROWS.set(given)
     try:
-        with lock, threadpool_limits(limits=1, user_api="blas"):
-            # θ, like the blocks, arrives as a view into the task's message: align it too
-            return data_pass.block(np.arange(start, stop, dtype=np.int64), *_aligned(args))
+        return data_pass.block(idx, *args)
     finally:
         _GIVEN_ROWS.reset(token)
 
@@ -215,12 +225,7 @@ def _read_ahead(lik, data_pass: DataPass, args: tuple,
             following = next(chunks, None)
             if following is not None:
                 ahead = pool.submit(_read_block, sources, following)
-            token = _GIVEN_ROWS.set(given)
-            try:
-                result = data_pass.block(idx, *args)
-            finally:
-                _GIVEN_ROWS.reset(token)
-            yield idx, result
+            yield idx, _block_given(data_pass, idx, args, given)
             idx = following
 
 
@@ -243,12 +248,9 @@ def _copy_block(free: queue.SimpleQueue, idx: np.ndarray, args: tuple,
                 given: Future | None):
     """``block(idx, *args)`` of a free copy of the pass, the rows ``given`` when read ahead."""
     data_pass = free.get()
-    token = _GIVEN_ROWS.set(given.result()) if given is not None else None
     try:
-        return data_pass.block(idx, *args)
+        return _block_given(data_pass, idx, args, given.result() if given is not None else None)
     finally:
-        if token is not None:
-            _GIVEN_ROWS.reset(token)
         free.put(data_pass)
 
 
