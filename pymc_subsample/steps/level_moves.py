@@ -96,9 +96,7 @@ class LevelMoves:
         self._diag, self._coupling = hess_sum.diag, hess_sum.coupling
         self._theta_hat = frame.theta_hat
         self.order, self.centre, self.region_radius = order, centre, region_radius
-        if not 0.0 <= rho < 1.0:
-            raise ValueError(f"the levels' pCN rho must be in [0, 1); got {rho!r}")
-        self.rho = float(rho)
+        self.rho = checked_rho(rho)
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"level_fraction must be in (0, 1]; got {fraction!r}")
         self.fraction = float(fraction)
