@@ -35,10 +35,21 @@ def distinct_rows(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     """
     if k * 4 > n:  # small n in practice (k ≤ n/20 for large n): NumPy's own draw
         return np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
-    rows = np.unique(rng.integers(0, n, size=k + k // 8 + 16, dtype=np.int64))
+    rows = _sorted_distinct(rng.integers(0, n, size=k + k // 8 + 16, dtype=np.int64))
     while rows.size < k:
-        rows = np.unique(np.concatenate([rows, rng.integers(0, n, size=k, dtype=np.int64)]))
+        rows = _sorted_distinct(np.concatenate([rows, rng.integers(0, n, size=k,
+                                                                   dtype=np.int64)]))
     return np.sort(rng.choice(rows, size=k, replace=False))
+
+
+def _sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` by a sort and a comparison of neighbours: NumPy 2's ``unique``
+    hashes first, about 15× slower on the reference fit's 2.8·10⁵ draws (0.1 s)."""
+    values = np.sort(values)
+    keep = np.empty(values.size, dtype=bool)
+    keep[:1] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
 
 
 def distinct_runs(rng: np.random.Generator, n: int, k: int, run: int) -> np.ndarray:

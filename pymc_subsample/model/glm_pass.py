@@ -29,6 +29,7 @@ from pymc_subsample.bounds import (
     split_level_rows,
 )
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.kernels.gram import weighted_gram
 from pymc_subsample.kernels.indexing import round_up_float32
 from pymc_subsample.model.data_pass import PassResult
 from pymc_subsample.model.frame import LaplaceFrame
@@ -303,7 +304,7 @@ class GLMPass:
         x, f1, f2, *_, curvature_sum = piece
         if isinstance(x, SplitRows):
             return x.sums(f1, f2)
-        hess = x.T @ (f2[:, None] * x)
+        hess = weighted_gram(x, f2)
         return x.T @ f1, hess if curvature_sum is None else hess + curvature_sum
 
     def _quadratic_constants(self, term, order, piece, whiten_rows, theta, chunk) -> np.ndarray:

@@ -37,6 +37,8 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.shape import Reshape
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Subtensor
 
+from pymc_subsample.kernels.gram import weighted_gram, weighted_level_sums
+
 __all__ = [
     "MIN_SPLIT_LEVELS",
     "LevelHessian",
@@ -104,10 +106,9 @@ class SplitRows:
         grad[lay.fixed] = self.fixed.T @ f1
         grad[lay.start : lay.stop] = np.bincount(self.level, f1 * self.value, minlength=g)
         wt = f2 * self.value
-        coupling = np.stack([np.bincount(self.level, wt * col, minlength=g)
-                             for col in self.fixed.T], axis=1).reshape(g, -1)
         return grad, LevelHessian(np.bincount(self.level, wt * self.value, minlength=g),
-                                  coupling, self.fixed.T @ (f2[:, None] * self.fixed), lay)
+                                  weighted_level_sums(self.level, wt, self.fixed, g),
+                                  weighted_gram(self.fixed, f2), lay)
 
 
 class LevelHessian:

@@ -17,6 +17,7 @@ from pymc_subsample.bounds import (
     row_norms,
     shared_scale_rows,
 )
+from pymc_subsample.kernels.gram import weighted_gram
 from pymc_subsample.kernels.indexing import round_up_float32
 from pymc_subsample.model.glm import LocationScaleTerm, location_scale_terms, upper_pairs
 from pymc_subsample.model.glm_pass import GLMPass
@@ -91,8 +92,11 @@ class LocationScalePass(GLMPass):
         g = sum(x.T @ f for x, f in zip(rows, grad, strict=True))
         h = 0.0
         for (j, k), f in zip(upper_pairs(len(rows)), hess, strict=True):
-            block = rows[j].T @ (f[:, None] * rows[k])
-            h = h + (block if j == k else block + block.T)
+            if j == k:
+                h = h + weighted_gram(rows[j], f)
+            else:
+                block = rows[j].T @ (f[:, None] * rows[k])
+                h = h + block + block.T
         return g, h
 
     def _constants_store(self, order: int, levels: int):
