@@ -155,6 +155,9 @@ class MHSS(SubsamplingStep):
         #: Lemma 1's angle factors in M (one linear predictor per row); False for rows with
         #: two predictors (a sampled σ, dispersion or shape)
         self.sharp_angles = True
+        #: two-stage (delayed) MHSS decisions; one decision on both ratios when the proposal
+        #: follows a closer target than the control variates' (the fixed block's cubic shift)
+        self.delayed = True
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
         #: the bound with per-row rates, when one applies and it expects fewer rows than
@@ -233,10 +236,14 @@ class MHSS(SubsamplingStep):
         if kind == "pcn":
             # the levels carried along with their conditional mean at the current scale
             hess_sum = self.control_variate.hess_sum
+            third = level_third_sums(self._reference_pass, self.theta_hat, hess_sum)
             proposal = CollapsedFixedProposal(
                 frame, found.prior, self.control_variate.grad_sum, hess_sum,
                 lik.logp0_and_grad(self.theta_hat)[1], hyper, rho=self.proposal.parameter,
-                third=level_third_sums(self._reference_pass, self.theta_hat, hess_sum))
+                third=third)
+            # its mean is shifted by the rows' cubic, which stage 1's quadratic does not see:
+            # a stage-1 screen would reject what the shift gains (docs/methods/mhss.md)
+            self.delayed = third is None
         else:  # the user's proposal on φ_F, φ_L and the hyperparameters held
             stop = lik.dim - hyper.size
             inner = make_proposal(
@@ -354,7 +361,7 @@ class MHSS(SubsamplingStep):
             n_rows=self.row_constants.size,
             # the counted full-data fallback: the same remainders, chunk by chunk over all rows
             full_remainder_sum=lambda: self.likelihood.sum_over_rows(remainder),
-            rng_index=self.rng_index, rng_accept=self.rng_accept,
+            rng_index=self.rng_index, rng_accept=self.rng_accept, delayed=self.delayed,
         )
         stats = {name: getattr(info, name) for name in (
             "accept_stage1", "n_data", "expected_rows", "full_data_fallback", "clipped")}
