@@ -20,7 +20,6 @@ from scipy.special import expit
 from scipy.stats import poisson
 
 import pymc_subsample as pms
-
 from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.kernels.mhss import mhss_accept_levels
@@ -350,7 +349,8 @@ def test_fixed_block_proposal_with_the_cubic_is_a_fixed_pcn_of_the_move(levels_s
         if rho == 0.0:
             continue
 
-        def log_q(to, frm):  # pCN: N(m + ρ(frm − m), (1 − ρ²) S^{-1}) in δ_b
+        def log_q(to, frm, chol=chol, mean=mean, rho=rho):
+            # pCN: N(m + ρ(frm − m), (1 − ρ²) S^{-1}) in δ_b
             w = chol.T @ (to - mean - rho * (frm - mean))
             return -0.5 * float(w @ w) / (1 - rho**2)
 

@@ -151,7 +151,8 @@ class LevelMoves:
               rng_accept: np.random.Generator) -> LevelSweep:
         """Move every level once: proposals, ``G`` decisions, the new ``θ``.
 
-        ``phi`` is :meth:`rows_phi` of ``θ`` (or ``φ(θ)``: the bound holds for both); ``remainder(θ, θ', idx)`` the rows' ``ξ_i`` (with every level
+        ``phi`` is :meth:`rows_phi` of ``θ`` (or ``φ(θ)``: the bound holds for both);
+        ``remainder(θ, θ', idx)`` the rows' ``ξ_i`` (with every level
         moved at once in ``θ'``, row ``i``'s is that of its own level's move)."""
         lv, g = self._levels, self.n_levels
         x = theta[lv]
