@@ -285,16 +285,12 @@ class LevelBound:
             self._index_levels()
         return LevelMoveRates(self, *self.coefficients(phi, phi_new, by_category=True))
 
-    def category_rates(self, phi: np.ndarray, phi_new: np.ndarray, scale: float = 1.0
-                       ) -> CategoryRates:
+    def category_rates(self, phi: np.ndarray, phi_new: np.ndarray) -> CategoryRates:
         """The rates of any move ``φ → φ'`` drawn category by category
-        (:class:`CategoryRates`): the fixed block's move beside the level moves. ``scale ≥ 1``
-        multiplies every rate (still ``≥ |ξ_i|`` and symmetric): more rows, a less noisy
-        stage 2."""
+        (:class:`CategoryRates`): the fixed block's move beside the level moves."""
         if self._by_level is None:
             self._index_levels()
-        coefficients, envelope = self.coefficients(phi, phi_new, by_category=True)
-        return CategoryRates(self, coefficients * scale, envelope * scale)
+        return CategoryRates(self, *self.coefficients(phi, phi_new, by_category=True))
 
     def _index_levels(self) -> None:
         """The rows sorted by level (stable), each level's span in that order, and the largest
