@@ -42,6 +42,7 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9),
          ("gamma_log_scale", 20_000, 4, 9), ("random_effects", 12_000, 3, 5),
          ("random_effects_noncentred", 12_000, 3, 5), ("random_effects_many", 12_000, 3, 5),
+         ("random_effects_funnel", 3200, 3, 5),
          ("student_t_nu", 20_000, 4, 9),
          ("logistic_product", 20_000, 4, 9), ("logistic", 20_000, 4, 9),
          ("censored_weibull_right", 3000, row_models.D + 1, 4),
@@ -62,13 +63,17 @@ def reference_model(family: str, n: int, d: int, seed: int) -> pm.Model:
     """The model of a case: ``glm_model``'s, or the random-intercept logistic regression
     (:data:`RE_GROUPS` groups), centred for ``"random_effects"`` and non-centred (``s * z[g]``)
     for ``"random_effects_noncentred"``, centred with :data:`MANY_GROUPS` groups for
-    ``"random_effects_many"``."""
+    ``"random_effects_many"``, and non-centred with :data:`MANY_GROUPS` groups for
+    ``"random_effects_funnel"`` (50 rows a level: the centred joint posterior has no mode, and
+    NUTS samples its non-centred twin; :func:`make` stores ``u = s·z``)."""
     if family in row_models.MODELS:
         return row_models.MODELS[family](n, seed=seed)
     if family.startswith("random_effects"):
-        groups = MANY_GROUPS if family == "random_effects_many" else RE_GROUPS
+        groups = RE_GROUPS if family in ("random_effects", "random_effects_noncentred") \
+            else MANY_GROUPS
+        centred = family not in ("random_effects_noncentred", "random_effects_funnel")
         return random_effects_model(*random_effects_data(n, d, groups, seed=seed),
-                                    groups=groups, centred=family != "random_effects_noncentred")
+                                    groups=groups, centred=centred)
     return glm_model(*glm_data(n, d, family, seed=seed), family)
 
 
@@ -76,10 +81,14 @@ def make(family: str, n: int, d: int, seed: int) -> Path:
     # NumPyro's NUTS for the cases added since it became the yardstick (same settings), but
     # PyMC's for the censored models: there NumPyro's left one chain of four at its jittered
     # start (r̂ 1.5 on both, seed 12)
-    numpyro = family in row_models.AUTOMATIC and not family.startswith("censored")
+    numpyro = ((family in row_models.AUTOMATIC and not family.startswith("censored"))
+               or family == "random_effects_funnel")
     sampler = "numpyro" if numpyro else "pymc"
     with reference_model(family, n, d, seed):
         idata = pm.sample(**SETTINGS, cores=1, progressbar=False, nuts_sampler=sampler)
+    if family == "random_effects_funnel":
+        post = idata.posterior
+        idata.posterior = post.assign(u=post["s"] * post["z"]).drop_vars("z")
     names = list(idata.posterior.data_vars)
     summary = az.summary(idata)
     settings = dict(SETTINGS, nuts_sampler=sampler, family=family, rows=n, dim=d, data_seed=seed,

@@ -19,6 +19,7 @@ import pytest
 from scipy.special import expit
 from scipy.stats import poisson
 
+import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.kernels.mhss import mhss_accept_levels
@@ -281,3 +282,110 @@ def test_category_rates_draw_a_poisson_process_of_any_move():
     assert_poisson_counts(counts, expected, least=20)
     none = bound.category == N_LEVELS
     assert abs(counts[none].sum() - expected[none].sum()) < 4.5 * math.sqrt(expected[none].sum())
+
+
+@pytest.fixture(scope="module")
+def levels_step(levels_model):
+    with levels_model:
+        step = pms.MHSS()
+    assert step.level_moves is not None and step.hyper_move is not None
+    return step
+
+
+def _eta_hat(step):
+    """``η̂_i`` of the 6000 rows of :func:`levels_model` from ``θ̂``, and the data."""
+    X, group, _ = random_effects_data(6000, 3, 80, seed=2)
+    point = step.likelihood.unravel(step.theta_hat)
+    return X @ point["b"] + point["u"][group], X, group
+
+
+def test_level_third_sums_are_the_rows_third_derivatives(levels_step):
+    """``T_k``, ``V_k`` from one more pass (a difference of the per-level Hessian sums) against
+    ``Σ_{i∈k} f‴(η̂_i)`` and ``Σ_{i∈k} f‴(η̂_i) x_i`` of the logistic formula."""
+    eta, X, group = _eta_hat(levels_step)
+    p = expit(eta)
+    third = -p * (1 - p) * (1 - 2 * p)
+    t_sum, v_sum = levels_step.proposal._third
+    np.testing.assert_allclose(t_sum, np.bincount(group, third, minlength=80),
+                               rtol=1e-3, atol=1e-3)
+    expected = np.stack([np.bincount(group, third * X[:, j], minlength=80)
+                         for j in range(3)], axis=1)
+    np.testing.assert_allclose(v_sum, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_fixed_block_proposal_with_the_cubic_is_a_fixed_pcn_of_the_move(levels_step):
+    """The fixed block's proposal with its cubic shift, from points whose scale is far from
+    ``θ̂``'s: it holds ``θ_H`` and the levels' offsets ``v``; the reverse move from ``θ'``
+    builds the same Gaussian, so ``log q(θ|θ') − log q(θ'|θ)`` is the returned
+    ``log g(b) − log g(b')``; and the shift is not zero (it moves the mean)."""
+    step = levels_step
+    prop, frame = step.proposal, step.frame
+    hyper, moved, lv = step.hyper_move.coordinates, prop._moved, prop._levels
+    rng = np.random.default_rng(11)
+    shifts = []
+    for k in range(40):
+        prop.parameter = (0.0, 0.5, 0.9)[k % 3]
+        theta = step.theta_hat + rng.normal(scale=0.05, size=step.theta_hat.size)
+        theta[lv] += rng.normal(scale=0.4, size=theta[lv].size)  # the levels off û
+        theta[hyper] += rng.uniform(-0.8, 0.8)
+        phi_new, log_ratio = prop.propose(rng, frame.whiten(theta))
+        theta_new = frame.unwhiten(phi_new)
+        np.testing.assert_allclose(theta_new[hyper], theta[hyper], rtol=1e-12)
+
+        def gaussian(at):
+            shear, mean, chol = prop.gaussian(at)
+            shift = prop.cubic_shift(at, shear, mean, chol)
+            return shear, mean + shift, chol, shift
+
+        shear, mean, chol, shift = gaussian(theta)
+        shear2, mean2, chol2, _ = gaussian(theta_new)
+        np.testing.assert_allclose(mean2, mean, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(chol2, chol, rtol=1e-10)
+        # v = δ_L + shear δ_b is held
+        d, d_new = theta - step.theta_hat, theta_new - step.theta_hat
+        np.testing.assert_allclose(d_new[lv] + shear @ d_new[moved], d[lv] + shear @ d[moved],
+                                   rtol=1e-8, atol=1e-12)
+        rho = prop.rho
+        if rho == 0.0:
+            continue
+
+        def log_q(to, frm, chol=chol, mean=mean, rho=rho):
+            # pCN: N(m + ρ(frm − m), (1 − ρ²) S^{-1}) in δ_b
+            w = chol.T @ (to - mean - rho * (frm - mean))
+            return -0.5 * float(w @ w) / (1 - rho**2)
+
+        b, b_new = d[moved], d_new[moved]
+        assert log_q(b, b_new) - log_q(b_new, b) == pytest.approx(log_ratio, abs=1e-8)
+        shifts.append(float(np.linalg.norm(chol.T @ shift)))
+    assert max(shifts) > 0.05
+
+
+def test_rows_point_bounds_the_remainders_with_the_scale_far_away(levels_step):
+    """The level bound read at :meth:`LevelMoves.rows_phi` (the scale put at ``θ̂``): on random
+    pairs whose scale is far from ``θ̂``'s, fixed-block pairs and level pairs, ``B_i`` bounds
+    every row's remainder, is symmetric in the pair, and expects fewer rows than at ``φ``."""
+    step = levels_step
+    moves, bound, frame = step.level_moves, step.rate_bound, step.frame
+    hyper, g = step.hyper_move.coordinates, moves.n_levels
+    every = np.arange(step.likelihood.n_rows)
+    rng = np.random.default_rng(12)
+    fewer = 0
+    for k in range(60):
+        theta = step.theta_hat + rng.normal(scale=0.15, size=step.theta_hat.size)
+        theta[hyper] += rng.uniform(-1.0, 1.0)
+        theta_new = theta.copy()
+        if k % 2:  # the levels only, as a sweep moves them
+            theta_new[moves._levels] += rng.normal(scale=0.3, size=g)
+        else:  # every coordinate, the scale too
+            theta_new += rng.normal(scale=0.05, size=theta.size)
+            theta_new[hyper] += rng.normal(scale=0.3)
+        phi, phi_new = moves.rows_phi(theta), moves.rows_phi(theta_new)
+        rates = bound.category_rates(phi, phi_new)
+        b = rates.row_rates(every)
+        xi = step.control_variate.remainder(theta, theta_new, every)
+        assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-13), k
+        back = bound.category_rates(phi_new, phi).row_rates(every)
+        np.testing.assert_allclose(back, b, rtol=1e-12)
+        plain = bound.category_rates(frame.whiten(theta), frame.whiten(theta_new))
+        fewer += rates.expected < plain.expected
+    assert fewer >= 50

@@ -36,18 +36,19 @@ def test_bound_violations_are_counted_and_rounding_is_not():
     assert clipped == 0
 
 
-def _acceptance_probability(xi, c, bound, n_rep, seed):
+def _acceptance_probability(xi, c, bound, n_rep, seed, log_alpha1=0.0, delayed=True):
     sampler = WeightedIndexSampler(c)
     rng_i, rng_a = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
     acc = 0
     for _ in range(n_rep):
         info = mhss_accept(
-            0.0, ScalarRates(bound, sampler),
+            log_alpha1, ScalarRates(bound, sampler),
             remainder=lambda idx: xi[idx],
             n_rows=c.size,
             full_remainder_sum=lambda: float(xi.sum()),
             rng_index=rng_i,
             rng_accept=rng_a,
+            delayed=delayed,
         )
         acc += info.accepted
     return acc / n_rep
@@ -67,6 +68,25 @@ def test_stage_two_satisfies_detailed_balance(seed):
     se = np.sqrt(a_fwd * (1 - a_fwd) / n_rep + a_rev * (1 - a_rev) / n_rep)
     # compare a_fwd with exp(Σξ)·a_rev on the probability scale
     assert abs(a_fwd - np.exp(xi.sum()) * a_rev) < 4.5 * se * (1 + np.exp(xi.sum()))
+
+
+def test_one_decision_satisfies_detailed_balance():
+    """``delayed=False``: one decision on ``log α1 + log α2``; swapping the points flips
+    ``log α1`` and every ``ξ_i``, and ``a(θ,θ') / a(θ',θ) = e^{log α1 + Σξ_i}``. With
+    ``log α1 = −Σξ_i`` (the proposal follows ``π``) it accepts more often than two stages."""
+    rng = np.random.default_rng(3)
+    n = 50
+    c = rng.uniform(0.5, 1.5, size=n)
+    bound = 0.02
+    xi = c * bound * rng.uniform(-0.2, 1.0, size=n)
+    la1, n_rep = -0.8 * float(xi.sum()), 20_000
+    a_fwd = _acceptance_probability(xi, c, bound, n_rep, 3, la1, delayed=False)
+    a_rev = _acceptance_probability(-xi, c, bound, n_rep, 13, -la1, delayed=False)
+    ratio = np.exp(la1 + xi.sum())
+    se = np.sqrt(a_fwd * (1 - a_fwd) / n_rep + a_rev * (1 - a_rev) / n_rep)
+    assert abs(a_fwd - ratio * a_rev) < 4.5 * se * (1 + ratio)
+    two = _acceptance_probability(xi, c, bound, n_rep, 23, la1)
+    assert a_fwd > two + 4.5 * np.sqrt(2 * 0.25 / n_rep)
 
 
 def test_stage_one_rejection_touches_no_data():

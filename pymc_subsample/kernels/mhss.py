@@ -159,8 +159,19 @@ def mhss_accept(
     full_remainder_sum: Callable[[], float],
     rng_index: np.random.Generator,
     rng_accept: np.random.Generator,
+    delayed: bool = True,
 ) -> MHSSInfo:
     """Decide one MHSS move (Algorithm 1) given the stage-1 ratio and the rates.
+
+    ``delayed=False`` makes one decision instead of two: the rows are drawn whatever
+    ``log α1`` is and the move is accepted with probability
+    ``min(1, e^{log α1 + log α2})``. It is exact for the same reason as the two stages (with
+    the Poisson draw ``B`` read as an auxiliary variable, swapping ``θ`` and ``θ'`` swaps
+    ``φ_i`` and ``φ'_i``, so ``P(B|θ,θ')/P(B|θ',θ) = e^{Σξ_i}Π(φ_i/φ'_i)^{B_i}`` and the
+    ratio ``e^{log α1}Π(φ'_i/φ_i)^{B_i}`` is inverted by the swap: ``docs/methods/mhss.md``),
+    and accepts more often when ``log α1`` and ``Σξ_i`` pull apart, e.g. when the proposal
+    follows a target closer to ``π`` than the control variates' (the level moves' fixed
+    block); every move then reads its rows.
 
     Parameters
     ----------
@@ -177,27 +188,37 @@ def mhss_accept(
         ``() -> Σ_i ξ_i`` over all rows, for the fallback when ``rates.envelope ≥ N``.
     rng_index, rng_accept : numpy.random.Generator
         Streams for the index/Poisson draws and for the accept uniforms and thinning.
+    delayed : bool
+        Two stages (the default) or one decision on both ratios (above).
     """
-    if not np.log(rng_accept.random()) < log_alpha1:
-        return MHSSInfo(False, False, 0, np.nan, False, 0, 0.0)
+    if delayed:
+        if not np.log(rng_accept.random()) < log_alpha1:
+            return MHSSInfo(False, False, 0, np.nan, False, 0, 0.0)
+        rest = 0.0  # stage 1 has decided on log α1
+    else:
+        rest = log_alpha1
+        if np.isnan(rest) or rest == -np.inf:  # zero density at θ': nothing to read
+            return MHSSInfo(False, False, 0, np.nan, False, 0, 0.0)
+
+    def decide(n_data, expected, fallback, clipped, log_alpha2):
+        accepted = bool(np.log(rng_accept.random()) < rest + log_alpha2)
+        return MHSSInfo(accepted, True, n_data, expected, fallback, clipped, log_alpha2)
+
     envelope, expected = rates.envelope, rates.expected
     if not np.isfinite(envelope) or envelope >= n_rows:
-        log_alpha2 = float(full_remainder_sum())
-        accepted = bool(np.log(rng_accept.random()) < log_alpha2)
-        return MHSSInfo(accepted, True, n_rows, expected, True, 0, log_alpha2)
+        return decide(n_rows, expected, True, 0, float(full_remainder_sum()))
     n_drawn = int(rng_index.poisson(envelope))
-    if n_drawn == 0:
-        return MHSSInfo(True, True, 0, expected, False, 0, 0.0)
-    idx, cm = rates.draw(rng_index, n_drawn)
+    idx, cm = (rates.draw(rng_index, n_drawn) if n_drawn
+               else (np.empty(0, dtype=np.int64), np.empty(0)))
     if idx.size == 0:
-        return MHSSInfo(True, True, 0, expected, False, 0, 0.0)
+        return (MHSSInfo(True, True, 0, expected, False, 0, 0.0) if delayed
+                else decide(0, expected, False, 0, 0.0))
     xi = remainder(idx)
     if not np.all(np.isfinite(xi)):
         # the model's own log-likelihood is -inf (or NaN) at θ' on a touched row: reject
         return MHSSInfo(False, True, idx.size, expected, False, 0, -np.inf)
     log_alpha2, _, clipped = poisson_thinning_log_ratio(xi, cm, 1.0, rng_accept)
-    accepted = bool(np.log(rng_accept.random()) < log_alpha2)
-    return MHSSInfo(accepted, True, idx.size, expected, False, clipped, log_alpha2)
+    return decide(idx.size, expected, False, clipped, log_alpha2)
 
 
 class LevelThinningRates(Protocol):

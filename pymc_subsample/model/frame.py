@@ -126,6 +126,8 @@ class LaplaceFrame:
                 "every parameter a proper prior."
             )
         self.dim = d
+        #: ``log det P``, the normaliser of a Laplace marginal (model.marginal_mode)
+        self.log_det = 2.0 * float(np.sum(np.log(np.diag(chol))))
         # R with R Rᵀ = P: the Cholesky factor of the reordered P, its rows put back in θ's
         # order (a square root of P, triangular only up to that order)
         self.chol_precision = np.empty_like(chol)
@@ -239,6 +241,8 @@ class LevelFrame(LaplaceFrame):
                 "duplicated covariate columns, flat priors). Drop the redundant columns or give "
                 "every parameter a proper prior."
             )
+        self.log_det = float(np.sum(np.log(diag))
+                             + 2.0 * np.sum(np.log(np.diag(self._chol_schur))))
         # L_S^{-⊤}, d_F × d_F: unwhitening and whitened rows are then products
         self._inv_chol_t = scipy.linalg.solve_triangular(
             self._chol_schur, np.eye(schur.shape[0]), lower=True, trans="T")

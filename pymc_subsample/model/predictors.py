@@ -161,8 +161,8 @@ def _exp_forms(fgraph, node):
         out = -pt.softplus(negated.owner.inputs[0])
     elif isinstance(scalar, ps.Log) and isinstance(_scalar_of(node.inputs[0]), psm.Sigmoid):
         out = -pt.softplus(-node.inputs[0].owner.inputs[0])
-    elif isinstance(scalar, ps.Log) and _log_forms(node.inputs[0]) is not None:
-        out = _log_forms(node.inputs[0])
+    elif isinstance(scalar, ps.Log) and (rewritten := _log_forms(node.inputs[0])) is not None:
+        out = rewritten
     elif isinstance(scalar, ps.Pow):
         base, k = node.inputs
         if isinstance(getattr(base.owner and base.owner.op, "scalar_op", None), ps.Exp):

@@ -33,6 +33,7 @@ from pymc_subsample.steps.level_moves import (
     HyperMove,
     LevelMoves,
     level_structure,
+    level_third_sums,
 )
 
 __all__ = ["MHSS", "UserBound"]
@@ -154,6 +155,9 @@ class MHSS(SubsamplingStep):
         #: Lemma 1's angle factors in M (one linear predictor per row); False for rows with
         #: two predictors (a sampled σ, dispersion or shape)
         self.sharp_angles = True
+        #: two-stage (delayed) MHSS decisions; one decision on both ratios when the proposal
+        #: follows a closer target than the control variates' (the fixed block's cubic shift)
+        self.delayed = True
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
         #: the bound with per-row rates, when one applies and it expects fewer rows than
@@ -225,16 +229,22 @@ class MHSS(SubsamplingStep):
         self.level_moves = LevelMoves(
             frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
             self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
-            self.region_radius, fraction=fraction)
+            self.region_radius, fraction=fraction, hyper=hyper)
         if hyper.size:
             self.hyper_move = HyperMove(prior_derivatives(lik, hyper), hyper, self.theta_hat)
         g, kind = frame.n_levels, self.proposal_kind
         if kind == "pcn":
             # the levels carried along with their conditional mean at the current scale
+            hess_sum = self.control_variate.hess_sum
+            third = level_third_sums(self._reference_pass, self.theta_hat, hess_sum)
+            self.setup_profile["full_data_passes"] += 1  # the third derivatives' pass
             proposal = CollapsedFixedProposal(
-                frame, found.prior, self.control_variate.grad_sum,
-                self.control_variate.hess_sum, lik.logp0_and_grad(self.theta_hat)[1], hyper,
-                rho=self.proposal.parameter)
+                frame, found.prior, self.control_variate.grad_sum, hess_sum,
+                lik.logp0_and_grad(self.theta_hat)[1], hyper, rho=self.proposal.parameter,
+                third=third)
+            # its mean is shifted by the rows' cubic, which stage 1's quadratic does not see:
+            # a stage-1 screen would reject what the shift gains (docs/methods/mhss.md)
+            self.delayed = third is None
         else:  # the user's proposal on φ_F, φ_L and the hyperparameters held
             stop = lik.dim - hyper.size
             inner = make_proposal(
@@ -276,7 +286,7 @@ class MHSS(SubsamplingStep):
         self._non_finite = False
         remainder = self.control_variate.remainder
         sweep = self.level_moves.sweep(
-            theta, self._phi(theta),
+            theta, self.level_moves.rows_phi(theta),
             lambda t, t_new, idx: self._finite_or_reject(remainder(t, t_new, idx)),
             rng_proposal=self.rng_proposal, rng_index=self.rng_index,
             rng_accept=self.rng_accept)
@@ -328,6 +338,9 @@ class MHSS(SubsamplingStep):
 
     def _thinning_rates(self, theta, theta_new, phi, phi_new) -> ThinningRates:
         """The per-row rates of the move: the rate bound's, or ``c_i M`` with one ``M``."""
+        if self.level_moves is not None:
+            # the rows' own points: the coordinates no row reads at θ̂ (LevelMoves.rows_phi)
+            phi, phi_new = self.level_moves.rows_phi(theta), self.level_moves.rows_phi(theta_new)
         if self.rate_bound is None or self._outside_region(phi, phi_new):
             return ScalarRates(self._remainder_scale(theta, theta_new, phi, phi_new),
                                self.sampler)
@@ -349,7 +362,7 @@ class MHSS(SubsamplingStep):
             n_rows=self.row_constants.size,
             # the counted full-data fallback: the same remainders, chunk by chunk over all rows
             full_remainder_sum=lambda: self.likelihood.sum_over_rows(remainder),
-            rng_index=self.rng_index, rng_accept=self.rng_accept,
+            rng_index=self.rng_index, rng_accept=self.rng_accept, delayed=self.delayed,
         )
         stats = {name: getattr(info, name) for name in (
             "accept_stage1", "n_data", "expected_rows", "full_data_fallback", "clipped")}
