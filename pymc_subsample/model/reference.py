@@ -292,11 +292,12 @@ def fit_reference(
             # (the mouth of a hierarchical model's funnel) L-BFGS takes over, on these rows
             # rather than on all N (18 passes over 10⁵ rows in a 50-group model); if it does
             # not converge, the full-data passes and their fallback take over. From a warm
-            # start the group effects are fitted already: no phase with the group scales held
-            # (it took 4 of 7 evaluations on 2.5·10⁵ rows of a 100-level random intercept)
+            # start the group effects are fitted already: no run with the group scales held
+            # first (it took 4 of 7 evaluations on 2.5·10⁵ rows of a 100-level random
+            # intercept)
             theta, prec = _newton_or_lbfgs(
                 sub_objective, theta, tolerance=SUBSAMPLE_TOLERANCE, max_steps=20,
-                hyper=None if warm_started else _unread(data_pass, theta))
+                hyper=_unread(data_pass, theta), hold_first=not warm_started)
         else:
             prec = sub_objective(theta)[2]
         try:
@@ -603,7 +604,7 @@ def _holding(objective, held: np.ndarray):
 
 def _newton_or_lbfgs(
     objective, theta: np.ndarray, *, tolerance: float, max_steps: int,
-    hyper: np.ndarray | None = None,
+    hyper: np.ndarray | None = None, hold_first: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Newton from ``θ``; when it does not converge, L-BFGS from ``θ`` (:func:`_lbfgs`) and
     Newton again from there. Returns the point and its negative Hessian.
@@ -620,11 +621,14 @@ def _newton_or_lbfgs(
     L-BFGS on a thousand levels went down the funnel instead (``log σ → −19``), so with
     ``hyper`` it is not tried: a Newton run that does not converge from there means a funnel
     with no interior mode, which the full-data passes hand to the scales' marginal mode.
+    ``hold_first=False`` skips the held run, for a start whose group effects are fitted
+    already (a warm start on fewer rows).
     """
     start = theta
     if hyper is not None and hyper.any():
-        start = _newton(_holding(objective, hyper), theta, tolerance=tolerance,
-                        max_steps=max_steps)[0]
+        if hold_first:
+            start = _newton(_holding(objective, hyper), theta, tolerance=tolerance,
+                            max_steps=max_steps)[0]
         theta, prec, converged = _newton(objective, start, tolerance=tolerance,
                                          max_steps=max_steps)
     else:
