@@ -26,6 +26,7 @@ from pytensor.graph.replace import graph_replace
 from pymc_subsample.model.glm import (
     GLMTerm,
     family_terms,
+    location_scale_logp,
     location_scale_terms,
     upper_pairs,
 )
@@ -190,8 +191,8 @@ class TaylorControlVariate:
             cur = term.predictors
             new = tuple(lik.at(v, lik.theta_new) for v in cur)
             hat = tuple(lik.at(v, theta_hat) for v in cur)
-            f_cur = location_scale_terms(term, *cur)[0]
-            f_new = location_scale_terms(term, *new)[0]
+            f_cur = location_scale_logp(term, *cur)
+            f_new = location_scale_logp(term, *new)
             _, grad, hess = location_scale_terms(term, *hat)
             u, u_new = ([a - b for a, b in zip(p, hat, strict=True)] for p in (cur, new))
             step = sum(g * (b - a) for g, a, b in zip(grad, u, u_new, strict=True))

@@ -51,6 +51,7 @@ __all__ = [
     "detect_glm_terms",
     "detect_location_scale_terms",
     "family_terms",
+    "location_scale_logp",
     "location_scale_terms",
     "not_affine",
     "unsupported",
@@ -563,8 +564,7 @@ def location_scale_terms(
     gradient of ``Σ f`` in the vector of first predictors is the per-row ``f_1``, and so on.
     """
     ps = [pt.vector(f"predictor_{j}", dtype="float64") for j in range(len(predictors))]
-    f = term.family.row_logp(tuple(ps), pt.cast(term.y, "float64"), tuple(term.params))
-    f = pt.cast(pt.broadcast_to(f, ps[0].shape), "float64")
+    f = location_scale_logp(term, *ps)
     grad = pt.grad(f.sum(), ps, disconnected_inputs="ignore")
     hess = [pt.grad(grad[j].sum(), ps[k], disconnected_inputs="ignore")
             for j, k in upper_pairs(len(ps))]
@@ -572,6 +572,15 @@ def location_scale_terms(
                         {p: pt.cast(v, "float64") for p, v in zip(ps, predictors, strict=True)},
                         strict=False)
     return out[0], tuple(out[1 : 1 + len(ps)]), tuple(out[1 + len(ps) :])
+
+
+def location_scale_logp(term: LocationScaleTerm, *predictors: Variable) -> Variable:
+    """``f`` of :func:`location_scale_terms` alone, per row (float64): the control variates'
+    ``f(p'_i) − f(p_i)`` need no derivatives there, and building them by autodiff for nothing
+    took about a second of a Student-t's setup with sampled ν."""
+    ps = tuple(pt.cast(p, "float64") for p in predictors)
+    f = term.family.row_logp(ps, pt.cast(term.y, "float64"), tuple(term.params))
+    return pt.cast(pt.broadcast_to(f, ps[0].shape), "float64")
 
 
 def upper_pairs(n_predictors: int) -> list[tuple[int, int]]:
