@@ -46,6 +46,10 @@ _log = logging.getLogger("pymc_subsample")
 #: Nelder–Mead's tolerance on ``h`` (a log-scale: 0.05 is a small fraction of its posterior sd
 #: in any model with a funnel; a looser ``ĥ`` only loosens the bound).
 HYPER_TOLERANCE = 0.05
+#: Nelder–Mead's tolerance on ``π̃`` (nats): the inner Newton solves stop within a quarter of
+#: a posterior sd of ``r̂(h)``, which leaves ``π̃`` uncertain by about ``0.25²/2 ≈ 0.03``; a
+#: tighter tolerance ran Nelder–Mead to its evaluation limit on that noise.
+MARGINAL_TOLERANCE = 0.05
 #: Step of the central differences for the marginal curvature of each ``h_j``.
 CURVATURE_STEP = 0.1
 
@@ -109,7 +113,8 @@ def marginal_mode(
         simplex = np.vstack([h0, h0 + 0.5 * np.eye(h0.size)])
         h_hat = scipy.optimize.minimize(
             lambda h: -marginal(h), h0, method="Nelder-Mead",
-            options={"initial_simplex": simplex, "xatol": HYPER_TOLERANCE, "fatol": 1e-3,
+            options={"initial_simplex": simplex, "xatol": HYPER_TOLERANCE,
+                     "fatol": MARGINAL_TOLERANCE,
                      "maxfev": 40 * h0.size},
         ).x
     centre = marginal(h_hat)
