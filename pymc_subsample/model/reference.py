@@ -11,7 +11,7 @@ GLMs, :class:`~pymc_subsample.model.generic_pass.GenericPass` otherwise). The pr
    ``N``, at most a quarter: :func:`_subsample_rows`): cheap, and within a few posterior
    standard deviations of the mode. When Newton does not converge there (down a hierarchical
    model's funnel, say), L-BFGS from the start takes over and Newton finishes
-   (:func:`_newton_or_lbfgs`).
+   (:func:`~pymc_subsample.model.newton.newton_or_lbfgs`).
 2. **Full-data Newton passes.** At each pass the Newton distance
    ``‖Lᵀ∇ log π(θ)‖`` (the length of the Newton step in posterior standard deviations, with
    ``L Lᵀ`` the inverse negative Hessian) is computed; the pass whose point is within
@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pymc as pm
-import scipy.optimize
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.kernels.indexing import distinct_rows, distinct_runs
@@ -51,6 +50,7 @@ from pymc_subsample.model.frame import (
 from pymc_subsample.model.levels import LevelHessian, LevelLayout
 from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
 from pymc_subsample.model.marginal_mode import marginal_mode
+from pymc_subsample.model.newton import holding, newton, newton_or_lbfgs
 
 __all__ = ["ReferenceFit", "fit_reference"]
 
@@ -254,7 +254,7 @@ def fit_reference(
 
     if n_sub >= n and map_point is None:
         # small data: damped Newton on all rows, each step a (cheap) pass over the data
-        theta, prec = _newton_or_lbfgs(full_objective, theta, tolerance=tolerance,
+        theta, prec = newton_or_lbfgs(full_objective, theta, tolerance=tolerance,
                                        max_steps=60, hyper=_unread(data_pass, theta))
         try:
             whitening = laplace_frame(theta, prec)
@@ -283,7 +283,7 @@ def fit_reference(
                 # steps: take them on a tenth of the subsample, then finish on all of it
                 n_warm = n_sub // 10
                 warm = chunks_of(np.sort(rng.choice(idx, size=n_warm, replace=False)))
-                theta, _ = _newton_or_lbfgs(
+                theta, _ = newton_or_lbfgs(
                     lambda th: log_post(th, data_pass.full(th, idx_chunks=warm,
                                                            weight=n / n_warm)),
                     theta, tolerance=1.0, max_steps=60, hyper=_unread(data_pass, theta),
@@ -295,7 +295,7 @@ def fit_reference(
             # start the group effects are fitted already: no run with the group scales held
             # first (it took 4 of 7 evaluations on 2.5·10⁵ rows of a 100-level random
             # intercept)
-            theta, prec = _newton_or_lbfgs(
+            theta, prec = newton_or_lbfgs(
                 sub_objective, theta, tolerance=SUBSAMPLE_TOLERANCE, max_steps=20,
                 hyper=_unread(data_pass, theta), hold_first=not warm_started)
         else:
@@ -376,7 +376,7 @@ def fit_reference(
             # far from the mode (a poor map_point, or a subsample that misses what a few
             # rows inform, like rare binary columns): plain Newton steps may overshoot, so
             # damped Newton on all rows, each step and backtrack a counted pass
-            theta, damped_restart = _newton(full_objective, theta, tolerance=tolerance,
+            theta, damped_restart = newton(full_objective, theta, tolerance=tolerance,
                                             max_steps=30)[0], True
             continue
         theta = theta + frame.newton_step(g_post)
@@ -429,7 +429,7 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
         return None
 
     def conditional_mode(objective):
-        held = _holding(objective, hyper)
+        held = holding(objective, hyper)
         values: dict[bytes, float] = {}
 
         def held_remembered(th):
@@ -439,7 +439,7 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
 
         def solve(th):
             values.clear()
-            th, prec, converged = _newton(held_remembered, th, tolerance=tolerance,
+            th, prec, converged = newton(held_remembered, th, tolerance=tolerance,
                                           max_steps=30)
             return (values[th.tobytes()] if converged else -np.inf), th, prec
         return solve
@@ -473,176 +473,6 @@ def _unread(data_pass, theta: np.ndarray, rows: int | None = SETUP_CHUNK_ROWS
     mask = np.zeros(levels.dim, dtype=bool)
     mask[levels.fixed[np.diag(hess.block) == 0.0]] = True
     return mask
-
-
-#: Damped Newton steps in a row after which :func:`_newton` gives up.
-DAMPED_STEPS = 10
-
-
-def _newton(
-    objective, theta: np.ndarray, *, tolerance: float, max_steps: int,
-    damped_steps: int = DAMPED_STEPS,
-) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Damped Newton ascent on ``objective(θ) -> (value, gradient, −Hessian)`` (cheap calls).
-
-    Returns the last point, its negative Hessian and whether it converged: the Newton distance
-    is within ``tolerance`` in the metric of the undamped Hessian, which is positive definite
-    there (a point reached with Levenberg damping is not a mode). It gives up after
-    ``damped_steps`` damped steps in a row: far from any mode, or down a funnel.
-    """
-    value, g, prec = objective(theta)
-    damped_in_a_row = 0
-    for _ in range(max_steps):
-        if not (np.isfinite(value) and np.all(np.isfinite(g)) and _finite(prec)):
-            return theta, prec, False  # the full-data passes fall back to L-BFGS from here
-        try:
-            frame = laplace_frame(theta, prec)
-            damped = False
-        except NotPositiveDefiniteError:
-            frame, damped = _damped_frame(theta, prec), True
-        damped_in_a_row = damped_in_a_row + 1 if damped else 0
-        if damped_in_a_row > damped_steps:
-            return theta, prec, False
-        step = frame.newton_step(g)
-        if frame.newton_distance(g) <= tolerance and not damped:
-            return theta, prec, True
-        t = 1.0
-        for _ in range(30):
-            candidate = theta + t * step
-            new_value, new_g, new_prec = objective(candidate)
-            if np.isfinite(new_value) and new_value >= value:
-                break
-            t *= 0.5
-        else:
-            return theta, prec, False
-        theta, value, g, prec = candidate, new_value, new_g, new_prec
-    return theta, prec, False
-
-
-def _finite(prec) -> bool:
-    return prec.is_finite() if isinstance(prec, LevelHessian) else bool(np.all(np.isfinite(prec)))
-
-
-def _damped_frame(theta: np.ndarray, prec) -> LaplaceFrame:
-    """Levenberg damping far from the mode, where the Hessian may be indefinite: the frame of
-    ``P + shift·I``. The margin is relative to the largest curvature, so the damped matrix
-    stays well conditioned (an absolute 1e-6 left a condition number the frame refuses). For a
-    :class:`LevelHessian` (no eigenvalues without a dense matrix) the shift grows tenfold from
-    ``10⁻⁶`` of the largest entry until the arrow factor exists."""
-    if isinstance(prec, LevelHessian):
-        scale = max(1.0, prec.max_abs())
-        shift = 1e-6 * scale
-        for _ in range(16):
-            try:
-                return laplace_frame(theta, prec.shifted(shift))
-            except NotPositiveDefiniteError:
-                shift *= 10.0
-        raise NotPositiveDefiniteError("no damping makes the Hessian positive definite")
-    eigs = np.linalg.eigvalsh(0.5 * (prec + prec.T))
-    shift = abs(eigs.min()) + 1e-6 * max(1.0, float(np.abs(eigs).max()))
-    return LaplaceFrame(theta, prec + shift * np.eye(theta.size))
-
-
-#: Objective evaluations allowed to :func:`_lbfgs`, and the Newton distance (posterior sds,
-#: with a negative definite Hessian) at which it hands over to Newton's method (as the
-#: full-data passes trust a plain Newton step from within 25 sds)
-LBFGS_EVALUATIONS, NEWTON_BASIN = 200, 25.0
-
-
-class _NewtonBasin(Exception):
-    """Raised inside L-BFGS at the first point where Newton's method can take over."""
-
-    def __init__(self, theta: np.ndarray) -> None:
-        self.theta = theta
-
-
-def _lbfgs(objective, theta: np.ndarray) -> np.ndarray:
-    """L-BFGS ascent (SciPy) on ``objective``'s value and gradient, from ``θ``, until a point
-    where Newton's method can take over: its Hessian negative definite and the Newton step at
-    most :data:`NEWTON_BASIN` posterior sds long.
-
-    Newton's method rescales each direction by its curvature. In a hierarchical model started
-    with its group effects at zero, the group scale's curvature is nearly zero and its
-    gradient pulls toward a scale of zero: Newton's first step runs down the funnel, where the
-    density grows without bound and Newton crawls. L-BFGS's first steps follow the gradient,
-    which the data make largest for the group effects: it fits them first, and the scale's
-    gradient then points to the mode the data inform (as PyMC's ``find_MAP`` finds it).
-    """
-    def negative(th):
-        value, g, prec = objective(th)
-        if not (np.isfinite(value) and np.all(np.isfinite(g))):
-            return np.inf, np.zeros_like(th)
-        try:
-            if laplace_frame(th, prec).newton_distance(g) <= NEWTON_BASIN:
-                raise _NewtonBasin(np.array(th))
-        except NotPositiveDefiniteError:
-            pass
-        return -value, -g
-
-    try:
-        result = scipy.optimize.minimize(negative, theta, jac=True, method="L-BFGS-B",
-                                         options={"maxfun": LBFGS_EVALUATIONS})
-    except _NewtonBasin as basin:
-        return basin.theta
-    return result.x
-
-
-def _holding(objective, held: np.ndarray):
-    """``objective`` with the coordinates ``held`` (a mask) kept where they are: their
-    gradient zero and their rows of the negative Hessian those of the identity."""
-    def held_objective(th):
-        value, g, prec = objective(th)
-        g = np.where(held, 0.0, g)
-        if isinstance(prec, LevelHessian):
-            return value, g, prec.holding(held)
-        prec = prec.copy()
-        prec[held, :], prec[:, held] = 0.0, 0.0
-        prec[held, held] = 1.0
-        return value, g, prec
-    return held_objective
-
-
-def _newton_or_lbfgs(
-    objective, theta: np.ndarray, *, tolerance: float, max_steps: int,
-    hyper: np.ndarray | None = None, hold_first: bool = True,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Newton from ``θ``; when it does not converge, L-BFGS from ``θ`` (:func:`_lbfgs`) and
-    Newton again from there. Returns the point and its negative Hessian.
-
-    The first Newton run takes no damped step: a Hessian that is not negative definite at the
-    start (a hierarchical model with its group effects at zero, at the mouth of the funnel)
-    sends Newton down the funnel, where it spent 54 evaluations (7 s of a 10⁶-row random
-    intercept model's setup) before giving up; L-BFGS goes straight to the data's mode.
-
-    With ``hyper``, the coordinates no row reads (a group scale) of a model split by levels,
-    Newton first runs with them held: with the scale fixed the group effects and fixed
-    effects of a GLM are a concave problem, which Newton solves in a few steps, and from its
-    solution (group effects fitted, away from the funnel's mouth) Newton on all coordinates.
-    L-BFGS on a thousand levels went down the funnel instead (``log σ → −19``), so with
-    ``hyper`` it is not tried: a Newton run that does not converge from there means a funnel
-    with no interior mode, which the full-data passes hand to the scales' marginal mode.
-    ``hold_first=False`` skips the held run, for a start whose group effects are fitted
-    already (a warm start on fewer rows).
-    """
-    start = theta
-    if hyper is not None and hyper.any():
-        if hold_first:
-            start = _newton(_holding(objective, hyper), theta, tolerance=tolerance,
-                            max_steps=max_steps)[0]
-        theta, prec, converged = _newton(objective, start, tolerance=tolerance,
-                                         max_steps=max_steps)
-    else:
-        theta, prec, converged = _newton(objective, theta, tolerance=tolerance,
-                                         max_steps=max_steps, damped_steps=0)
-    if converged or (hyper is not None and hyper.any()):
-        # with group scales, not converged is a funnel, and L-BFGS heads down it: the
-        # full-data passes take over, and their fallback, the scales' marginal mode
-        return theta, prec
-    _log.info("Newton's method did not converge on the reference fit's rows; L-BFGS from the "
-              "start, then Newton again")
-    theta, prec, _ = _newton(objective, _lbfgs(objective, start), tolerance=tolerance,
-                             max_steps=max_steps)
-    return theta, prec
 
 
 def _find_map_fallback(lik: SubsampledLikelihood, theta: np.ndarray) -> np.ndarray:
