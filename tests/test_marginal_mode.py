@@ -68,6 +68,41 @@ def test_marginal_mode_is_the_exact_marginal_mode(structured):
     assert found.evaluations < 60
 
 
+def test_two_scales_are_found_together():
+    """Two independent hierarchies, one scale each (Nelder–Mead): the marginal separates, so
+    each ``τ̂`` is its own hierarchy's exact maximum."""
+    half = G // 2
+    hyper = np.r_[np.zeros(G, dtype=bool), True, True]
+
+    def solve(theta):
+        taus = theta[G:]
+        prior_precision = np.exp(-2 * np.repeat(taus, half))
+        u = N_ROWS * Y_BAR / (N_ROWS + prior_precision)
+        value = (-0.5 * np.sum(N_ROWS * (Y_BAR - u) ** 2) - half * taus.sum()
+                 - 0.5 * np.sum(prior_precision * u**2) - np.sum(taus**2) / 2)
+        return value, np.r_[u, taus], np.diag(np.r_[N_ROWS + prior_precision, 1.0, 1.0])
+
+    found = marginal_mode(solve, hyper, np.zeros(G + 2))
+    for j, rows in enumerate((slice(0, half), slice(half, G))):
+        def exact(t, rows=rows):
+            return float(np.sum(stats.norm.logpdf(
+                Y_BAR[rows], 0.0, np.sqrt(np.exp(2 * t) + 1 / N_ROWS[rows]))) - t**2 / 2)
+        best = scipy.optimize.minimize_scalar(lambda t: -exact(t), bounds=(-5, 2),
+                                              method="bounded", options={"xatol": 1e-8}).x
+        assert abs(found.theta[G + j] - best) < 2 * HYPER_TOLERANCE
+
+
+def test_a_dense_funnel_gets_a_reference():
+    """Fewer levels than split off (a dense pass): 40 levels of 5 rows, no joint mode; the
+    reference is the scale's marginal mode, inside the scale's posterior."""
+    with random_effects_model(*random_effects_data(200, 2, 40, seed=3), groups=40):
+        step = pms.MHSS(progressbar=False)
+    assert step.setup.reference_pass.levels is None
+    assert step.setup.reference.newton_distance > 1.0  # not a joint mode: the scale's is not 0
+    point = step.setup.likelihood.unravel(step.frame.theta_hat)
+    assert 0.05 < np.exp(point["s_log__"]) < 1.5
+
+
 @pytest.mark.slow
 def test_a_funnel_model_matches_nuts():
     """50 rows a level over 64 levels: the centred joint posterior has no mode (Newton runs

@@ -76,11 +76,10 @@ def test_a_centred_hierarchical_model_reaches_its_mode_in_three_passes():
     assert setup.reference.newton_distance <= 0.25  # a mode, to the default tolerance
 
 
-
 def test_random_intercepts_after_a_warm_start_take_few_subsample_evaluations(monkeypatch):
     """A subsample of 10⁵ rows or more starts on a tenth of them; from there Newton on the
     whole subsample moves the group scale with the rest (no run with it held first) and stops
-    at 0.25 of the subsample's sds: 3 evaluations on the 10⁵ rows here, where holding the
+    at 0.25 of the subsample's sds: 3 or 4 evaluations on the 10⁵ rows here, where holding the
     scale first and converging to 10⁻³ took 8 (issue 31), for the same full-data passes."""
     from pymc_subsample.datasets import random_effects_data, random_effects_model
 
@@ -97,6 +96,6 @@ def test_random_intercepts_after_a_warm_start_take_few_subsample_evaluations(mon
     with random_effects_model(x, group, y):
         setup = build_setup(cv_order=2, proposal="pcn", data_pass=glm_data_pass, bound_order=2)
     assert setup.reference_pass.levels is not None  # rows split by level: the arrow sums
-    assert sizes.count(100_000) <= 4  # the subsample: N/4 rows
+    assert 1 <= sizes.count(100_000) <= 4  # the subsample: N/4 rows
     assert setup.setup_profile["full_data_passes"] == sizes.count(None) <= 3
     assert setup.reference.newton_distance <= 0.25

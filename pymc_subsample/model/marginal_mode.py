@@ -43,12 +43,12 @@ __all__ = ["MarginalMode", "marginal_mode"]
 
 _log = logging.getLogger("pymc_subsample")
 
-#: Nelder–Mead's tolerance on ``h`` (a log-scale: 0.05 is a small fraction of its posterior sd
-#: in any model with a funnel; a looser ``ĥ`` only loosens the bound).
+#: Tolerance on ``h`` of Brent's and Nelder–Mead's searches (a log-scale: 0.05 is a small
+#: fraction of its posterior sd in any model with a funnel; a looser ``ĥ`` only loosens the
+#: bound).
 HYPER_TOLERANCE = 0.05
-#: Nelder–Mead's tolerance on ``π̃`` (nats): the inner Newton solves stop within a quarter of
-#: a posterior sd of ``r̂(h)``, which leaves ``π̃`` uncertain by about ``0.25²/2 ≈ 0.03``; a
-#: tighter tolerance ran Nelder–Mead to its evaluation limit on that noise.
+#: Nelder–Mead's tolerance on ``π̃`` (nats), of the order of what is left of the inner Newton
+#: solves' error (1e-3 ran Nelder–Mead to its evaluation limit on the flights data).
 MARGINAL_TOLERANCE = 0.05
 #: Step of the central differences for the marginal curvature of each ``h_j``.
 CURVATURE_STEP = 0.1
@@ -105,10 +105,11 @@ def marginal_mode(
 
     h0 = np.asarray(start, dtype=np.float64)[hyper]
     if h0.size == 1:
-        # one scale: Brent's parabolic steps, about half Nelder–Mead's evaluations
+        # one scale: Brent's parabolic steps (bounded, for an absolute tolerance), about half
+        # Nelder–Mead's evaluations
         h_hat = np.array([scipy.optimize.minimize_scalar(
-            lambda h: -marginal(np.array([h])), bracket=(h0[0] - 0.5, h0[0]), method="brent",
-            options={"xtol": HYPER_TOLERANCE / max(1.0, abs(h0[0]) + 2.0)}).x])
+            lambda h: -marginal(np.array([h])), bounds=(h0[0] - 10.0, h0[0] + 5.0),
+            method="bounded", options={"xatol": HYPER_TOLERANCE}).x])
     else:
         simplex = np.vstack([h0, h0 + 0.5 * np.eye(h0.size)])
         h_hat = scipy.optimize.minimize(
@@ -131,6 +132,7 @@ def marginal_mode(
         raise NotPositiveDefiniteError(
             f"the hyperparameters' Laplace marginal is not concave at its maximum {h_hat}")
     _, theta, prec = conditional_mode(theta)
+    state["evaluations"] += 1
     frame = laplace_frame(theta, _with_hyper_curvature(prec, hyper, curvature))
     _log.info("reference point at the hyperparameters' marginal mode %s (%d evaluations)",
               h_hat, state["evaluations"])

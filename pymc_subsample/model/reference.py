@@ -9,9 +9,9 @@ GLMs, :class:`~pymc_subsample.model.generic_pass.GenericPass` otherwise). The pr
 1. **Subsample start.** Newton's method, damped by backtracking, on the log posterior with the
    likelihood of a random subsample of ``n`` rows weighted by ``N/n`` (``n`` a few percent of
    ``N``, at most a quarter: :func:`_subsample_rows`): cheap, and within a few posterior
-   standard deviations of the mode. When Newton does not converge there (down a hierarchical
-   model's funnel, say), L-BFGS from the start takes over and Newton finishes
-   (:func:`~pymc_subsample.model.newton.newton_or_lbfgs`).
+   standard deviations of the mode. When Newton does not converge there, L-BFGS from the
+   start takes over and Newton finishes (:func:`~pymc_subsample.model.newton.newton_or_lbfgs`),
+   except in a model with group scales: there it means a funnel, left to step 4.
 2. **Full-data Newton passes.** At each pass the Newton distance
    ``‖Lᵀ∇ log π(θ)‖`` (the length of the Newton step in posterior standard deviations, with
    ``L Lᵀ`` the inverse negative Hessian) is computed; the pass whose point is within
@@ -23,9 +23,12 @@ GLMs, :class:`~pymc_subsample.model.generic_pass.GenericPass` otherwise). The pr
    from the mode (a poor ``map_point``, or a subsample that misses what only a few rows
    inform, such as rare binary columns), damped Newton runs on all rows (each step and
    backtrack a counted pass) before the plain Newton passes resume.
-4. **Fallback.** If the Hessian is not negative definite at a full pass, PyMC's ``find_MAP``
-   (L-BFGS on all rows) restarts from the model's initial point, and the passes resume. A point that
-   still is not a mode after ``max_passes`` is refused with an error.
+4. **Fallback.** If the Hessian is not negative definite at a full pass and some coordinates
+   are read by no row (group scales: a funnel, which may have no interior mode), ``θ̂`` is put
+   at those scales' Laplace-marginal mode (:mod:`~pymc_subsample.model.marginal_mode`);
+   otherwise PyMC's ``find_MAP`` (L-BFGS on all rows) restarts from the model's initial point,
+   and the passes resume. A point that still is not a mode after ``max_passes`` goes to the
+   marginal mode too if it was not tried, and is refused with an error if there is none.
 
 A user's ``map_point`` is checked the same way (one pass), and refined if it is not a mode.
 """
@@ -81,7 +84,8 @@ class ReferenceFit:
     mode : ndarray, shape (d,)
         The Laplace approximation's centre: ``θ̂`` plus the Newton step from it with the last
         pass's gradient and Hessian (within ``newton_distance`` posterior sds of ``θ̂``, and,
-        Newton's method converging quadratically, much closer to the true mode).
+        Newton's method converging quadratically, much closer to the true mode); ``θ̂``
+        itself at a funnel's marginal mode, where ``newton_distance`` is not small.
     full_data_passes : int
         Passes over all N rows, the MAP's included.
     profile : dict
@@ -255,7 +259,7 @@ def fit_reference(
     if n_sub >= n and map_point is None:
         # small data: damped Newton on all rows, each step a (cheap) pass over the data
         theta, prec = newton_or_lbfgs(full_objective, theta, tolerance=tolerance,
-                                       max_steps=60, hyper=_unread(data_pass, theta))
+                                       max_steps=60, hyper=_unread(data_pass, theta, None))
         try:
             whitening = laplace_frame(theta, prec)
         except NotPositiveDefiniteError:
@@ -283,11 +287,14 @@ def fit_reference(
                 # steps: take them on a tenth of the subsample, then finish on all of it
                 n_warm = n_sub // 10
                 warm = chunks_of(np.sort(rng.choice(idx, size=n_warm, replace=False)))
+                unread = _unread(data_pass, theta, warm)
                 theta, _ = newton_or_lbfgs(
                     lambda th: log_post(th, data_pass.full(th, idx_chunks=warm,
                                                            weight=n / n_warm)),
-                    theta, tolerance=1.0, max_steps=60, hyper=_unread(data_pass, theta),
+                    theta, tolerance=1.0, max_steps=60, hyper=unread,
                 )
+            else:
+                unread = _unread(data_pass, theta, chunks)
             # from a warm start Newton converges in a few steps; from PyMC's initial point
             # (the mouth of a hierarchical model's funnel) L-BFGS takes over, on these rows
             # rather than on all N (18 passes over 10⁵ rows in a 50-group model); if it does
@@ -297,7 +304,7 @@ def fit_reference(
             # intercept)
             theta, prec = newton_or_lbfgs(
                 sub_objective, theta, tolerance=SUBSAMPLE_TOLERANCE, max_steps=20,
-                hyper=_unread(data_pass, theta), hold_first=not warm_started)
+                hyper=unread, hold_first=not warm_started)
         else:
             prec = sub_objective(theta)[2]
         try:
@@ -313,6 +320,7 @@ def fit_reference(
     damped_restart = False
     result = None
     used_fallback = tried_marginal = False
+    marginal = None  # (pass, frame) at the group scales' marginal mode, for a funnel
     t_pass = time.perf_counter()
     # costly constants (an automatic bound's) only on a pass at a point found to be the mode
     at_mode = data_pass.speculative_constants
@@ -344,9 +352,9 @@ def fit_reference(
             if map_point is None and not tried_marginal:
                 # a funnel (a group scale heading to zero) before PyMC's find_MAP on all rows,
                 # which heads there too
-                result, tried_marginal = _at_marginal_mode(lik, data_pass, log_post, order,
-                                                           tolerance), True
-                if result is not None:
+                marginal, tried_marginal = _at_marginal_mode(lik, data_pass, log_post, order,
+                                                             tolerance), True
+                if marginal is not None:
                     break
             theta, used_fallback = _find_map_fallback(lik, theta), True
             best_value = -np.inf
@@ -382,10 +390,13 @@ def fit_reference(
         theta = theta + frame.newton_step(g_post)
     if result is None and map_point is None and not tried_marginal:
         # no mode the Newton passes could reach: a funnel, when some coordinates no row reads
-        result = _at_marginal_mode(lik, data_pass, log_post, order, tolerance)
-    if result is not None and result[2] is result[1].theta_hat:
-        # at the hyperparameters' marginal mode: the joint gradient there is not zero
-        distance = result[1].newton_distance(log_post(result[2], result[0])[1])
+        marginal, tried_marginal = _at_marginal_mode(lik, data_pass, log_post, order,
+                                                     tolerance), True
+    if marginal is not None:
+        # θ̂ is its own Laplace centre; the joint gradient there is not zero (the scales')
+        res, frame = marginal
+        result = (res, frame, frame.theta_hat)
+        distance = frame.newton_distance(log_post(frame.theta_hat, res)[1])
     profile["full_data_passes_s"] = time.perf_counter() - t_pass
     passes = data_pass.n_passes - passes_before
     if result is None:
@@ -423,53 +434,49 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
     rows, reweighted, look more spread than they are, and its marginal mode of a flights
     model's plane scale was 0.65 against 0.16 on all rows."""
     theta = lik.ravel(lik.initial_point)
-    # on all rows: a covariate can be zero on the first ones (a month, in rows sorted by date)
-    hyper = _unread(data_pass, theta, rows=None)
-    if hyper is None or not hyper.any():
+    hyper = _unread(data_pass, theta, None, split_only=False)
+    if not hyper.any():
         return None
+    held = holding(lambda th: log_post(th, data_pass.full(th)), hyper)
+    last: dict[str, tuple] = {}
 
-    def conditional_mode(objective):
-        held = holding(objective, hyper)
-        values: dict[bytes, float] = {}
+    def held_remembered(th):
+        last["point"] = (th, *held(th))
+        return last["point"][1:]
 
-        def held_remembered(th):
-            out = held(th)
-            values[th.tobytes()] = out[0]
-            return out
-
-        def solve(th):
-            values.clear()
-            th, prec, converged = newton(held_remembered, th, tolerance=tolerance,
-                                          max_steps=30)
-            return (values[th.tobytes()] if converged else -np.inf), th, prec
-        return solve
+    def conditional_mode(th):
+        th, prec, converged = newton(held_remembered, th, tolerance=tolerance, max_steps=30)
+        at, value, g, _ = last["point"]
+        if not (converged and np.array_equal(at, th)):
+            return -np.inf, th, prec
+        # the last Newton step, not taken (within the tolerance): its predicted gain, so that
+        # the marginal's values carry no error of order tolerance² (its curvature is their
+        # second difference)
+        step = laplace_frame(th, prec).newton_step(g)
+        return value + 0.5 * float(g @ step), th + step, prec
 
     try:
-        found = marginal_mode(conditional_mode(lambda th: log_post(th, data_pass.full(th))),
-                              hyper, theta)
+        found = marginal_mode(conditional_mode, hyper, theta)
     except NotPositiveDefiniteError:
         return None
     frame = found.frame
     res = data_pass.full(found.theta, whiten_rows=frame.whiten_rows if order else None,
                          order=order, levels=frame.n_levels if order else 0)
-    return res, frame, frame.theta_hat
+    return res, frame
 
 
-def _unread(data_pass, theta: np.ndarray, rows: int | None = SETUP_CHUNK_ROWS
-            ) -> np.ndarray | None:
-    """The mask of the fixed coordinates no row reads (a group scale: zero data curvature) on
-    the first ``rows`` rows, for a pass split by levels (None otherwise); with ``rows=None`` on
-    all rows (a counted pass), for any pass."""
+def _unread(data_pass, theta: np.ndarray, chunks: list[np.ndarray] | None,
+            split_only: bool = True) -> np.ndarray | None:
+    """The mask of the fixed coordinates no row reads (a group scale: zero data curvature), on
+    the rows ``chunks`` (all rows when None: a counted pass); None for a pass not split by
+    levels when ``split_only``. Not the first rows: a covariate can be zero on those (a month,
+    in rows sorted by date), and the mask decides whether L-BFGS is tried."""
     levels = data_pass.levels
-    if rows is None:
-        hess = data_pass.full(theta).hess
-        if levels is None:
-            return np.diag(hess) == 0.0
-    elif levels is None:
+    if levels is None and split_only:
         return None
-    else:
-        index = np.arange(min(data_pass.lik.n_rows, rows), dtype=np.int64)
-        hess = data_pass.full(theta, idx_chunks=[index]).hess
+    hess = data_pass.full(theta, idx_chunks=chunks).hess
+    if levels is None:
+        return np.diag(hess) == 0.0
     mask = np.zeros(levels.dim, dtype=bool)
     mask[levels.fixed[np.diag(hess.block) == 0.0]] = True
     return mask
