@@ -23,7 +23,7 @@ import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.kernels.mhss import mhss_accept_levels
-from pymc_subsample.model.levels import LevelPrior
+from pymc_subsample.model.levels import LevelPrior, scale_coordinate
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
 from pymc_subsample.steps.level_moves import HyperMove
@@ -233,6 +233,35 @@ def test_coupled_level_priors_have_no_level_moves(kind):
     lik = SubsampledLikelihood(model)
     layout = GLMPass(lik).levels
     assert LevelPrior.build(lik, layout) is None
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("normal", None), ("student_t", "not Normal"), ("mean", "mean is not the constant 0"),
+    ("product", "not one scalar variable"), ("positive", "not sampled on the log scale")])
+def test_scale_move_applies_to_normal_levels_around_zero(kind, reason):
+    """The scale move's coordinate (``log s`` of ``u ~ Normal(0, s)``) or why there is none."""
+    rng = np.random.default_rng(1)
+    n, g = 1000, 70
+    group = rng.integers(0, g, n)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 5.0)
+        s = (pm.Uniform("s", 0.0, 5.0, default_transform=pm.distributions.transforms.Interval(
+            0.0, 5.0)) if kind == "positive" else pm.HalfNormal("s", 1.0))
+        if kind == "student_t":
+            u = pm.StudentT("u", nu=4.0, mu=0.0, sigma=s, shape=g)
+        else:
+            mu = pm.Normal("m", 0.0, 1.0) if kind == "mean" else 0.0
+            u = pm.Normal("u", mu, 2.0 * s if kind == "product" else s, shape=g)
+        pm.Bernoulli("y", logit_p=b + u[pm.Data("g", group)], observed=rng.integers(0, 2, n))
+    lik = SubsampledLikelihood(model)
+    layout = GLMPass(lik).levels
+    hyper = np.array([j for j in range(lik.dim) if not layout.start <= j < layout.stop
+                      and j != 0])  # every fixed coordinate but b's
+    found = scale_coordinate(lik, layout, hyper)
+    if reason is None:
+        assert found == lik.unravel(np.arange(lik.dim, dtype=float))["s_log__"]
+    else:
+        assert isinstance(found, str) and reason in found, found
 
 
 def test_hyper_move_samples_the_scales_conditional():
