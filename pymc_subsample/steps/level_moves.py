@@ -19,7 +19,9 @@ acceptance ratio. Given the fixed coordinates ``θ_F`` the levels are independen
   their number or a region family's move leaves the ball.
 
 The step alternates this with a move of the fixed block in the whitened coordinates ``φ_F``
-with ``φ_L`` held (:class:`~pymc_subsample.proposals.proposal.BlockProposal`).
+with ``φ_L`` held (:class:`~pymc_subsample.proposals.proposal.BlockProposal`), a prior-only
+move of the group scale given the levels (:class:`HyperMove`) and, for ``u ~ Normal(0, s)``,
+a move of the scale with all levels, ``u/s`` held (:class:`ScaleMove`).
 """
 
 from __future__ import annotations
