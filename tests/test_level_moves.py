@@ -23,7 +23,7 @@ import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.kernels.mhss import mhss_accept_levels
-from pymc_subsample.model.levels import LevelPrior
+from pymc_subsample.model.levels import LevelPrior, scale_coordinate
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
 from pymc_subsample.steps.level_moves import HyperMove
@@ -235,6 +235,35 @@ def test_coupled_level_priors_have_no_level_moves(kind):
     assert LevelPrior.build(lik, layout) is None
 
 
+@pytest.mark.parametrize("kind, reason", [
+    ("normal", None), ("student_t", "not Normal"), ("mean", "mean is not the constant 0"),
+    ("product", "not one scalar variable"), ("positive", "not sampled on the log scale")])
+def test_scale_move_applies_to_normal_levels_around_zero(kind, reason):
+    """The scale move's coordinate (``log s`` of ``u ~ Normal(0, s)``) or why there is none."""
+    rng = np.random.default_rng(1)
+    n, g = 1000, 70
+    group = rng.integers(0, g, n)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 5.0)
+        s = (pm.Uniform("s", 0.0, 5.0, default_transform=pm.distributions.transforms.Interval(
+            0.0, 5.0)) if kind == "positive" else pm.HalfNormal("s", 1.0))
+        if kind == "student_t":
+            u = pm.StudentT("u", nu=4.0, mu=0.0, sigma=s, shape=g)
+        else:
+            mu = pm.Normal("m", 0.0, 1.0) if kind == "mean" else 0.0
+            u = pm.Normal("u", mu, 2.0 * s if kind == "product" else s, shape=g)
+        pm.Bernoulli("y", logit_p=b + u[pm.Data("g", group)], observed=rng.integers(0, 2, n))
+    lik = SubsampledLikelihood(model)
+    layout = GLMPass(lik).levels
+    hyper = np.array([j for j in range(lik.dim) if not layout.start <= j < layout.stop
+                      and j != 0])  # every fixed coordinate but b's
+    found = scale_coordinate(lik, layout, hyper)
+    if reason is None:
+        assert found == lik.unravel(np.arange(lik.dim, dtype=float))["s_log__"]
+    else:
+        assert isinstance(found, str) and reason in found, found
+
+
 def test_hyper_move_samples_the_scales_conditional():
     """The prior-only move of ``λ = log s`` given 200 levels (``u ~ N(0, s)``, ``s`` HalfNormal
     with its log Jacobian): 8,000 moves against the conditional by quadrature."""
@@ -389,3 +418,63 @@ def test_rows_point_bounds_the_remainders_with_the_scale_far_away(levels_step):
         plain = bound.category_rates(frame.whiten(theta), frame.whiten(theta_new))
         fewer += rates.expected < plain.expected
     assert fewer >= 50
+
+
+def test_scale_move_cancels_the_levels_prior(levels_step):
+    """``log p0(T_ε θ) − log p0(θ) + Gε`` is the scale's own prior difference (``s ~
+    HalfNormal(1)`` in ``τ = log s``: ``τ − e^{2τ}/2``) whatever the levels: the Jacobian
+    ``e^{Gε}`` of ``(τ, u) ↦ (τ + ε, u e^ε)`` cancels the levels' ``Normal(0, s)`` terms."""
+    step = levels_step
+    move, lik = step.scale_move, step.likelihood
+    assert move is not None and lik.unravel(np.arange(lik.dim, dtype=float))["s_log__"] == (
+        move.coordinate)
+    rng = np.random.default_rng(4)
+
+    def scale_prior(tau):
+        return tau - 0.5 * math.exp(2.0 * tau)
+
+    for _ in range(5):
+        theta = step.theta_hat + rng.normal(scale=0.5, size=lik.dim)
+        eps = rng.normal(scale=0.3)
+        theta_new, log_jacobian = move.apply(theta, eps)
+        tau = theta[move.coordinate]
+        assert lik.logp0(theta_new) - lik.logp0(theta) + log_jacobian == pytest.approx(
+            scale_prior(tau + eps) - scale_prior(tau), rel=1e-9, abs=1e-9)
+        back, log_back = move.apply(theta_new, -eps)
+        np.testing.assert_allclose(back, theta, rtol=1e-12, atol=1e-12)
+        assert log_back == -log_jacobian
+
+
+def test_scale_move_satisfies_detailed_balance(levels_step, levels_model):
+    r"""The scale move's decision from subsampled rows (control variates, the level bound's
+    rates): for pairs ``θ' = T_ε θ``, ``P(accept θ → θ') / P(accept θ' → θ)`` estimated from
+    4000 decisions each way is ``π(θ') e^{Gε} / π(θ)`` with ``π`` the model's own log density
+    on all rows (|z| < 4.5; the pairs' ``|Σξ_i| > 0.25``, 5 sds or more of the estimate)."""
+    step, move = levels_step, levels_step.scale_move
+    logp = levels_model.compile_logp()
+    lik = step.likelihood
+
+    def log_pi(theta):
+        return float(logp(lik.unravel(theta)))
+
+    rng = np.random.default_rng(5)
+    step.set_rng(np.random.default_rng(6))
+    reps, checked = 4000, 0
+    while checked < 3:
+        theta = step.setup.laplace_draw(rng, step.theta_hat)
+        eps = rng.choice([-1.0, 1.0]) * rng.uniform(0.05, 0.4)
+        theta_new, log_j = move.apply(theta, eps)
+        log_r = log_pi(theta_new) - log_pi(theta) + log_j
+        # both directions' acceptance well inside (0, 1), and the rows' remainders
+        # (Σξ_i, what stage 2 corrects) large enough that a decision ignoring them fails
+        _, remainder = step._row_differences(theta, theta_new)
+        if not (-2.0 < log_r < -0.1 and abs(lik.sum_over_rows(remainder)) > 0.25):
+            continue
+        forward = np.mean([step._scale_decision(theta, theta_new, log_j).accepted
+                           for _ in range(reps)])
+        backward = np.mean([step._scale_decision(theta_new, theta, -log_j).accepted
+                            for _ in range(reps)])
+        sd = math.sqrt((1 - forward) / (reps * forward) + (1 - backward) / (reps * backward))
+        z = (math.log(forward / backward) - log_r) / sd
+        assert abs(z) < 4.5, (checked, eps, forward, backward, math.exp(log_r))
+        checked += 1

@@ -28,12 +28,14 @@ from functools import cached_property
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pymc.logprob.transforms import LogTransform
 from pytensor.graph.basic import Variable
 from pytensor.graph.traversal import ancestors, applys_between, io_toposort
 from pytensor.raise_op import CheckAndRaise
 from pytensor.tensor.basic import Alloc, get_underlying_scalar_constant_value
-from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.random.basic import NormalRV
 from pytensor.tensor.shape import Reshape
 from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1, Subtensor
 
@@ -49,6 +51,7 @@ __all__ = [
     "prior_derivatives",
     "quadratic_form",
     "reads_levels",
+    "scale_coordinate",
 ]
 
 #: Fewest levels for which a predictor's rows are split (a few levels: the dense rows are as
@@ -370,3 +373,39 @@ def prior_derivatives(lik, coordinates: np.ndarray):
     grad = pytensor.grad(lik.logp0_graph, lik.theta, disconnected_inputs="ignore")
     rows = [pytensor.grad(grad[j], lik.theta, disconnected_inputs="ignore")[idx] for j in idx]
     return lik.compile([lik.theta], [lik.logp0_graph, grad[idx], pt.stack(rows)])
+
+
+def scale_coordinate(lik, layout: LevelLayout, hyper: np.ndarray) -> int | str:
+    """For the scale move (:class:`~pymc_subsample.steps.level_moves.ScaleMove`): the index in
+    ``θ`` of ``log s`` when the levels are ``u ~ Normal(0, s)`` with ``s`` one scalar variable
+    sampled on the log scale that no row reads, or why the move does not apply (for the log).
+    The move is exact for any prior; this is where its prior terms cancel, so where it helps.
+    """
+    model, offset, values = lik.model, 0, {}
+    for value, (_, shape) in zip(lik.value_vars, lik._ravel_info, strict=True):
+        values[value] = (offset, int(np.prod(shape, dtype=int)))
+        offset += values[value][1]
+    level_value = next((v for v, (start, _) in values.items() if start == layout.start), None)
+    if level_value is None:
+        return "the levels are not one variable"
+    node = model.values_to_rvs[level_value].owner
+    if not isinstance(node.op, NormalRV):
+        return "the levels' prior is not Normal"
+    mu, sigma = node.op.dist_params(node)
+    try:
+        zero_mean = float(get_underlying_scalar_constant_value(mu)) == 0.0
+    except NotScalarConstantError:
+        zero_mean = False
+    if not zero_mean:
+        return "the levels' prior mean is not the constant 0"
+    while sigma.owner is not None and isinstance(sigma.owner.op, DimShuffle):
+        sigma = sigma.owner.inputs[0]
+    scale_value = model.rvs_to_values.get(sigma)
+    if scale_value is None or scale_value not in values or values[scale_value][1] != 1:
+        return "the levels' prior scale is not one scalar variable"
+    if not isinstance(model.rvs_to_transforms.get(sigma), LogTransform):
+        return "the levels' scale is not sampled on the log scale"
+    index = values[scale_value][0]
+    if index not in set(int(j) for j in hyper):
+        return "rows read the levels' scale"
+    return index

@@ -19,7 +19,9 @@ acceptance ratio. Given the fixed coordinates ``θ_F`` the levels are independen
   their number or a region family's move leaves the ball.
 
 The step alternates this with a move of the fixed block in the whitened coordinates ``φ_F``
-with ``φ_L`` held (:class:`~pymc_subsample.proposals.proposal.BlockProposal`).
+with ``φ_L`` held (:class:`~pymc_subsample.proposals.proposal.BlockProposal`), a prior-only
+move of the group scale given the levels (:class:`HyperMove`) and, for ``u ~ Normal(0, s)``,
+a move of the scale with all levels, ``u/s`` held (:class:`ScaleMove`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "LevelMoves",
     "LevelStructure",
     "LevelSweep",
+    "ScaleMove",
     "level_structure",
     "level_third_sums",
 ]
@@ -288,6 +291,63 @@ class HyperMove:
         if not np.isfinite(log_alpha) or not np.log(rng_accept.random()) < log_alpha:
             return theta, False
         return theta_new, True
+
+
+#: The scale move's step size is tuned for this acceptance (a one-dimensional random walk's
+#: optimum, Roberts & Rosenthal 2001) ...
+SCALE_TARGET_ACCEPT = 0.44
+#: ... from this step size in ``log s``.
+SCALE_INITIAL_STEP = 0.1
+
+
+class ScaleMove:
+    r"""The interweaving move of the group scale (Yu & Meng 2011; ``docs/methods/mhss.md``,
+    "Moves of the levels"): ``τ = log s`` and every level together, ``z = u/s`` held.
+
+    With ``ε ~ N(0, σ²)`` the move is the map ``T_ε: (τ, u) ↦ (τ + ε, u e^ε)``, the other
+    coordinates held; ``T_{−ε} = T_ε^{-1}`` and ``ε`` and ``−ε`` are equally likely, and its
+    Jacobian is ``e^{Gε}``, so ``π(T_ε θ) e^{Gε} / π(θ)`` is the MH ratio of an exact move
+    (Liu & Wu 1999's group moves; for any target). The prior's part of it is
+    ``log p0(θ') − log p0(θ) + Gε``, from the model's own ``log p0``: with ``u ~ Normal(0, s)``
+    the levels' terms cancel (``u'/s' = u/s``) and what is left is the scale's own prior, so
+    the move is not held back by the sharp ``s | u`` of weakly informed levels (the centred
+    parametrisation's funnel); the rows' part is an MHSS decision of the step. :meth:`adapt`
+    tunes ``σ`` during tuning (Robbins–Monro on ``log σ`` toward
+    :data:`SCALE_TARGET_ACCEPT`); after tuning it is fixed.
+
+    Parameters
+    ----------
+    coordinate : int
+        The index of ``log s`` in ``θ``.
+    levels : slice
+        The levels' coordinates in ``θ``.
+    """
+
+    def __init__(self, coordinate: int, levels: slice) -> None:
+        self.coordinate, self.levels = int(coordinate), levels
+        self.n_levels = levels.stop - levels.start
+        self.reset()
+
+    def reset(self) -> None:
+        """The untuned step size (a new chain)."""
+        self.step_size, self._n_adapted = SCALE_INITIAL_STEP, 0
+
+    def apply(self, theta: np.ndarray, eps: float) -> tuple[np.ndarray, float]:
+        """``(T_ε θ, Gε)``: the moved point and the log Jacobian of the map."""
+        theta_new = np.array(theta, dtype=np.float64)
+        theta_new[self.coordinate] += eps
+        theta_new[self.levels] *= math.exp(eps)
+        return theta_new, self.n_levels * eps
+
+    def propose(self, theta: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+        """:meth:`apply` with ``ε ~ N(0, σ²)``."""
+        return self.apply(theta, self.step_size * float(rng.standard_normal()))
+
+    def adapt(self, accepted: bool) -> None:
+        """One Robbins–Monro step of ``log σ`` (gain ``(n + 1)^{-0.6}``)."""
+        self._n_adapted += 1
+        gain = (self._n_adapted + 1) ** -0.6
+        self.step_size *= math.exp(gain * (float(accepted) - SCALE_TARGET_ACCEPT))
 
 
 class CollapsedFixedProposal:

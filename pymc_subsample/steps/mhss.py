@@ -23,8 +23,8 @@ from pymc_subsample.bounds import (
 from pymc_subsample.bounds.choice import choose_rate_bound
 from pymc_subsample.bounds.user import UserBound, check_user_bound, user_row_constants
 from pymc_subsample.kernels.indexing import WeightedIndexSampler
-from pymc_subsample.kernels.mhss import ScalarRates, ThinningRates, mhss_accept
-from pymc_subsample.model.levels import prior_derivatives
+from pymc_subsample.kernels.mhss import MHSSInfo, ScalarRates, ThinningRates, mhss_accept
+from pymc_subsample.model.levels import prior_derivatives, scale_coordinate
 from pymc_subsample.model.setup import glm_data_pass
 from pymc_subsample.proposals.proposal import BlockProposal, make_proposal
 from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep, SubsamplingStepState
@@ -32,6 +32,7 @@ from pymc_subsample.steps.level_moves import (
     CollapsedFixedProposal,
     HyperMove,
     LevelMoves,
+    ScaleMove,
     level_structure,
     level_third_sums,
 )
@@ -137,6 +138,7 @@ class MHSS(SubsamplingStep):
         "level_accept": (np.float64, []),
         "level_rows": (np.int64, []),
         "hyper_accept": (bool, []),
+        "scale_accept": (bool, []),
     }
 
     def __init__(self, vars=None, *, cv_order: int = 2, bound: UserBound | None = None,
@@ -158,6 +160,9 @@ class MHSS(SubsamplingStep):
         #: two-stage (delayed) MHSS decisions; one decision on both ratios when the proposal
         #: follows a closer target than the control variates' (the fixed block's cubic shift)
         self.delayed = True
+        #: the interweaving move of the group scale and all levels, with level moves (set
+        #: before the base class starts a chain)
+        self.scale_move: ScaleMove | None = None
         super().__init__(vars, cv_order=cv_order, **kwargs)
         lik = self.likelihood
         #: the bound with per-row rates, when one applies and it expects fewer rows than
@@ -232,6 +237,11 @@ class MHSS(SubsamplingStep):
             self.region_radius, fraction=fraction, hyper=hyper)
         if hyper.size:
             self.hyper_move = HyperMove(prior_derivatives(lik, hyper), hyper, self.theta_hat)
+        scale = scale_coordinate(lik, frame.layout, hyper)
+        if isinstance(scale, str):
+            _log.debug("no scale move: %s", scale)
+        else:
+            self.scale_move = ScaleMove(scale, slice(frame.layout.start, frame.layout.stop))
         g, kind = frame.n_levels, self.proposal_kind
         if kind == "pcn":
             # the levels carried along with their conditional mean at the current scale
@@ -268,6 +278,7 @@ class MHSS(SubsamplingStep):
         if self.level_moves is None:
             q, (stats,) = super().astep(q0)
             stats["level_accept"], stats["level_rows"], stats["hyper_accept"] = np.nan, 0, False
+            stats["scale_accept"] = False
             return q, [stats]
         # one BLAS thread: the O(G) vector products of these moves are far too small to
         # share, and a threaded BLAS on a busy machine took 5 ms for one dot product of 10⁴
@@ -278,12 +289,15 @@ class MHSS(SubsamplingStep):
     def _astep_with_levels(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         q, (stats,) = super().astep(q0)
         stats["level_accept"], stats["level_rows"], stats["hyper_accept"] = np.nan, 0, False
+        stats["scale_accept"] = False
         theta = self._sampled(q.data)
         if self.hyper_move is not None:
             theta, hyper_accepted = self.hyper_move.move(theta, self.logp0(theta),
                                                          self.rng_proposal, self.rng_accept)
             stats["hyper_accept"] = hyper_accepted
         self._non_finite = False
+        if self.scale_move is not None:
+            theta = self._scale_step(theta, stats)
         remainder = self.control_variate.remainder
         sweep = self.level_moves.sweep(
             theta, self.level_moves.rows_phi(theta),
@@ -304,6 +318,34 @@ class MHSS(SubsamplingStep):
                 self.fallbacks_after_tuning += 1
         return RaveledVars(self._returned(sweep.theta), q.point_map_info), [stats]
 
+    def _scale_step(self, theta: np.ndarray, stats: dict[str, Any]) -> np.ndarray:
+        """The scale move (:class:`ScaleMove`): ``log α1 = log p0(θ') − log p0(θ) + Gε +
+        Σ_i r̂_i`` and the rows' remainders by MHSS with the level bound's per-category rates
+        (valid for any pair), its rows counted in ``n_data``."""
+        move = self.scale_move
+        theta_new, log_jacobian = move.propose(theta, self.rng_proposal)
+        info = self._scale_decision(theta, theta_new, log_jacobian)
+        if self.tune and self._adapt:
+            move.adapt(info.accepted)
+        stats["scale_accept"] = info.accepted
+        stats["n_data"] += info.n_data
+        stats["clipped"] += info.clipped
+        if info.full_data_fallback and not stats["full_data_fallback"]:
+            stats["full_data_fallback"] = True
+            if not self.tune:  # one move of this iteration counted as decided on all rows
+                self.fallbacks_after_tuning += 1
+        return theta_new if info.accepted else theta
+
+    def _scale_decision(self, theta: np.ndarray, theta_new: np.ndarray,
+                        log_jacobian: float) -> MHSSInfo:
+        """The MHSS decision of the scale move ``θ → θ' = T_ε θ`` (``log_jacobian = Gε``)."""
+        log_rest = self.likelihood.logp0(theta_new) - self.logp0(theta) + log_jacobian
+        if not np.isfinite(log_rest):
+            self._non_finite = True
+            log_rest = -np.inf if np.isnan(log_rest) else log_rest
+        return self._mhss_info(Move(theta, theta_new, self.frame.whiten(theta),
+                                    self.frame.whiten(theta_new), log_rest))
+
     def _reset_fallback_count(self) -> None:
         self.draws_after_tuning = self.fallbacks_after_tuning = 0
         self.fallback_warned = False
@@ -311,6 +353,8 @@ class MHSS(SubsamplingStep):
     def set_rng(self, rng) -> None:
         super().set_rng(rng)
         self._reset_fallback_count()
+        if self.scale_move is not None:
+            self.scale_move.reset()
 
     def _data_pass(self, likelihood, cv_order):
         # MHSS without a UserBound needs the GLM structure: its detection names what is missing
@@ -354,8 +398,18 @@ class MHSS(SubsamplingStep):
         return remainder_scale(theta, theta_new, self.theta_hat, self.cv_order)
 
     def _decide(self, move: Move) -> tuple[bool, dict[str, Any]]:
+        info = self._mhss_info(move)
+        stats = {name: getattr(info, name) for name in (
+            "accept_stage1", "n_data", "expected_rows", "full_data_fallback", "clipped")}
+        if not self.tune:
+            self._count_fallback(info.full_data_fallback)
+        return info.accepted, stats
+
+    def _mhss_info(self, move: Move) -> MHSSInfo:
+        """The MHSS decision of a move (its prior, proposal and Jacobian terms in
+        ``move.log_rest``)."""
         cv_sum, remainder = self._row_differences(move.theta, move.theta_new)
-        info = mhss_accept(
+        return mhss_accept(
             move.log_rest + cv_sum,
             self._thinning_rates(*move[:4]),
             remainder=remainder,
@@ -364,11 +418,6 @@ class MHSS(SubsamplingStep):
             full_remainder_sum=lambda: self.likelihood.sum_over_rows(remainder),
             rng_index=self.rng_index, rng_accept=self.rng_accept, delayed=self.delayed,
         )
-        stats = {name: getattr(info, name) for name in (
-            "accept_stage1", "n_data", "expected_rows", "full_data_fallback", "clipped")}
-        if not self.tune:
-            self._count_fallback(info.full_data_fallback)
-        return info.accepted, stats
 
     def _count_fallback(self, fallback: bool) -> None:
         """Warn once per chain when too many moves after tuning were decided on all rows."""
