@@ -23,12 +23,12 @@ GLMs, :class:`~pymc_subsample.model.generic_pass.GenericPass` otherwise). The pr
    from the mode (a poor ``map_point``, or a subsample that misses what only a few rows
    inform, such as rare binary columns), damped Newton runs on all rows (each step and
    backtrack a counted pass) before the plain Newton passes resume.
-4. **Fallback.** If the Hessian is not negative definite at a full pass and some coordinates
-   are read by no row (group scales: a funnel, which may have no interior mode), ``θ̂`` is put
-   at those scales' Laplace-marginal mode (:mod:`~pymc_subsample.model.marginal_mode`);
-   otherwise PyMC's ``find_MAP`` (L-BFGS on all rows) restarts from the model's initial point,
-   and the passes resume. A point that still is not a mode after ``max_passes`` goes to the
-   marginal mode too if it was not tried, and is refused with an error if there is none.
+4. **Fallback.** If the Hessian is not negative definite at a full pass, PyMC's ``find_MAP``
+   (L-BFGS on all rows) restarts from the model's initial point, and the passes resume; with
+   rows split by level, ``θ̂`` goes first to the group scales' Laplace-marginal mode
+   (:mod:`~pymc_subsample.model.marginal_mode`: a funnel, which may have no interior mode). A
+   point that still is not a mode after ``max_passes`` goes to the marginal mode if it was not
+   tried, and is refused with an error if no coordinate is a scale no row reads.
 
 A user's ``map_point`` is checked the same way (one pass), and refined if it is not a mode.
 """
@@ -349,9 +349,10 @@ def fit_reference(
         except NotPositiveDefiniteError:
             if used_fallback:
                 break
-            if map_point is None and not tried_marginal:
-                # a funnel (a group scale heading to zero) before PyMC's find_MAP on all rows,
-                # which heads there too
+            if map_point is None and not tried_marginal and data_pass.levels is not None:
+                # many levels: a funnel (a group scale heading to zero), before PyMC's
+                # find_MAP on all rows, which heads there too (with a few levels, dense,
+                # find_MAP first: it finds the joint mode where the data give one)
                 marginal, tried_marginal = _at_marginal_mode(lik, data_pass, log_post, order,
                                                              tolerance), True
                 if marginal is not None:
