@@ -352,6 +352,15 @@ def test_fixed_block_proposal_with_the_cubic_is_a_fixed_pcn_of_the_move(levels_s
     hyper, moved, lv = step.hyper_move.coordinates, prop._moved, prop._levels
     rng = np.random.default_rng(11)
     shifts = []
+    tuned = prop.parameter  # the fixture is shared: put ρ back after
+    try:
+        _check_cubic_pcn(step, prop, frame, hyper, moved, lv, rng, shifts)
+    finally:
+        prop.parameter = tuned
+    assert max(shifts) > 0.05
+
+
+def _check_cubic_pcn(step, prop, frame, hyper, moved, lv, rng, shifts):
     for k in range(40):
         prop.parameter = (0.0, 0.5, 0.9)[k % 3]
         theta = step.theta_hat + rng.normal(scale=0.05, size=step.theta_hat.size)
@@ -386,13 +395,13 @@ def test_fixed_block_proposal_with_the_cubic_is_a_fixed_pcn_of_the_move(levels_s
         b, b_new = d[moved], d_new[moved]
         assert log_q(b, b_new) - log_q(b_new, b) == pytest.approx(log_ratio, abs=1e-8)
         shifts.append(float(np.linalg.norm(chol.T @ shift)))
-    assert max(shifts) > 0.05
 
 
 def test_rows_point_bounds_the_remainders_with_the_scale_far_away(levels_step):
     """The level bound read at :meth:`LevelMoves.rows_phi` (the scale put at ``θ̂``): on random
     pairs whose scale is far from ``θ̂``'s, fixed-block pairs and level pairs, ``B_i`` bounds
-    every row's remainder, is symmetric in the pair, and expects fewer rows than at ``φ``."""
+    every row's remainder, is symmetric in the pair, and expects fewer rows than at ``φ``;
+    for level pairs the sweep's per-level rates are those rows' rates."""
     step = levels_step
     moves, bound, frame = step.level_moves, step.rate_bound, step.frame
     hyper, g = step.hyper_move.coordinates, moves.n_levels
@@ -417,6 +426,10 @@ def test_rows_point_bounds_the_remainders_with_the_scale_far_away(levels_step):
         np.testing.assert_allclose(back, b, rtol=1e-12)
         plain = bound.category_rates(frame.whiten(theta), frame.whiten(theta_new))
         fewer += rates.expected < plain.expected
+        if k % 2:  # the sweep's own rates: these rows' rates summed level by level
+            own = bound.category < g
+            np.testing.assert_allclose(bound.level_rates(phi, phi_new).expected,
+                                       np.bincount(bound.category[own], b[own], g), rtol=1e-8)
     assert fewer >= 50
 
 

@@ -18,8 +18,10 @@ acceptance ratio. Given the fixed coordinates ``θ_F`` the levels are independen
   (:class:`~pymc_subsample.bounds.levels.LevelMoveRates`), or all its rows when the rates reach
   their number or a region family's move leaves the ball.
 
-The step alternates this with a move of the fixed block in the whitened coordinates ``φ_F``
-with ``φ_L`` held (:class:`~pymc_subsample.proposals.proposal.BlockProposal`), a prior-only
+The step alternates this with a move of the fixed block (with the default pCN proposal
+:class:`CollapsedFixedProposal`, the levels carried along with their conditional mean; with a
+random walk, :class:`~pymc_subsample.proposals.proposal.BlockProposal` in ``φ_F`` with ``φ_L``
+held), a prior-only
 move of the group scale given the levels (:class:`HyperMove`) and, for ``u ~ Normal(0, s)``,
 a move of the scale with all levels, ``u/s`` held (:class:`ScaleMove`).
 """
@@ -364,10 +366,10 @@ class CollapsedFixedProposal:
     ``v`` and ``θ_H`` and moves ``b`` by pCN for ``N(b̄, S^{-1})``:
     ``δ_b' = b̄ + ρ(δ_b − b̄) + √(1−ρ²) L_S^{-⊤}z``, ``δ_L' = δ_L − D_s^{-1}C(δ_b' − δ_b)``.
     For fixed ``θ_H`` the map ``(b, u) ↦ (b, v)`` is a shear (unit Jacobian), so the proposal's
-    log q-ratio is pCN's, ``log g(b) − log g(b')``; the Gaussian depends on ``θ_H`` only, which
-    the move holds. The joint pCN around the Laplace frame at the joint mode cannot do this:
-    in a centred hierarchy that mode's scale lies well below the posterior's (the funnel), and
-    with it the levels' shrinkage the frame couples ``b`` to.
+    log q-ratio is pCN's, ``log g(b) − log g(b')``; the Gaussian depends on ``θ_H`` (and, with
+    the cubic below, on ``v``), which the move holds. The joint pCN around the Laplace frame at
+    the joint mode cannot do this: in a centred hierarchy that mode's scale lies well below
+    the posterior's (the funnel), and with it the levels' shrinkage the frame couples ``b`` to.
 
     *The rows' cubic* (``third``, from :func:`level_third_sums`). The Gaussian leaves out the
     rows' third-order terms ``(1/6)Σ_i f‴_i a_i³`` (``a_i = η_i − η̂_i``), and with the levels
@@ -383,16 +385,18 @@ class CollapsedFixedProposal:
     the move and the q-ratio pCN's.
 
     It speaks the proposals' interface in the frame's ``φ`` (:meth:`propose`, the tuned
-    :attr:`parameter` ``ρ``), so the step's MHSS decision, tuning and stats are unchanged.
+    :attr:`parameter` ``ρ``), so the step's tuning and stats are those of a joint move; its
+    MHSS decision is taken once on both stages' terms (``mhss_accept(delayed=False)``), since
+    the shifted Gaussian is not stage 1's target.
     """
 
     symmetric = False
     parameter_symbol = "ρ"
     candidates = PCNProposal.candidates
-    #: no acceptance floor (pCN's guards the joint move's tails on small data): here stage 1
-    #: accepts every proposal and stage 2's remainders, summed over all levels, keep the
-    #: acceptance of ``ρ = 0`` near 0.35 at ``G = 1000`` while it mixes ``b`` best (0.08 ESS
-    #: an iteration, against 0.05 at ``ρ = 0.5`` and 0.03 at the floor's ``ρ = 0.85``)
+    #: no acceptance floor (pCN's guards the joint move's tails on small data): the
+    #: remainders summed over all levels keep the acceptance of small ``ρ`` moderate, and the
+    #: tuner's jump criterion picks ``ρ`` (before the cubic shift, ``ρ = 0`` mixed ``b`` best
+    #: at ``G = 1000``: 0.08 ESS an iteration, 0.03 at the floor's ``ρ = 0.85``)
     min_accept = None
 
     def __init__(self, frame: LevelFrame, prior: LevelPrior, grad_sum: np.ndarray,
@@ -495,7 +499,8 @@ def level_third_sums(data_pass, theta_hat: np.ndarray, hess_sum: LevelHessian,
     ``V_k = Σ_{i∈k} f‴_i t_i² x_{i,F}`` (``t_i = ∂η_i/∂u_k``), the derivatives of the level
     diagonal ``Σ f''_i t_i²`` and coupling ``Σ f''_i t_i x_{i,F}`` of the Hessian sums along all
     levels at once, by a forward difference of one more pass at ``θ̂ + ε·1_L``: ``(G,)`` and
-    ``(G, d_F)``, or None when the pass does not give per-level sums. Only the proposal reads
+    ``(G, d_F)``, or None when the pass does not give per-level sums or they are zero to
+    rounding (``f‴ = 0``). Only the proposal reads
     them: an error in them lowers its acceptance, never the exactness."""
     lay = hess_sum.layout
     shifted = np.array(theta_hat, dtype=np.float64)
@@ -503,11 +508,14 @@ def level_third_sums(data_pass, theta_hat: np.ndarray, hess_sum: LevelHessian,
     hess = data_pass.full(shifted).hess
     if not isinstance(hess, LevelHessian):
         return None
-    t_sum = (hess.diag - hess_sum.diag) / step
-    v_sum = (hess.coupling - hess_sum.coupling) / step
-    if not (np.all(np.isfinite(t_sum)) and np.all(np.isfinite(v_sum))):
+    d_diag, d_coupling = hess.diag - hess_sum.diag, hess.coupling - hess_sum.coupling
+    if not (np.all(np.isfinite(d_diag)) and np.all(np.isfinite(d_coupling))):
         return None
-    return t_sum, v_sum
+    if (np.abs(d_diag).max(initial=0.0) <= 1e-12 * np.abs(hess_sum.diag).max(initial=0.0)
+            and np.abs(d_coupling).max(initial=0.0)
+            <= 1e-12 * np.abs(hess_sum.coupling).max(initial=0.0)):
+        return None  # f‴ = 0 (a Normal family): no cubic, and the two-stage decision stays
+    return d_diag / step, d_coupling / step
 
 
 class LevelStructure(NamedTuple):
