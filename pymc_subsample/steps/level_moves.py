@@ -37,7 +37,13 @@ import numpy as np
 from pymc_subsample.bounds import LevelBound, LevelRows
 from pymc_subsample.kernels.mhss import LevelsInfo, mhss_accept_levels
 from pymc_subsample.model.frame import LevelFrame
-from pymc_subsample.model.levels import LevelHessian, LevelLayout, LevelPrior, reads_levels
+from pymc_subsample.model.levels import (
+    MIN_SPLIT_LEVELS,
+    LevelHessian,
+    LevelLayout,
+    LevelPrior,
+    reads_levels,
+)
 from pymc_subsample.proposals.proposal import PCNProposal, checked_rho
 
 __all__ = [
@@ -531,7 +537,8 @@ def level_structure(step, rows) -> LevelStructure | str:
     none (for the log, and for ``level_moves=True``)."""
     frame, cv, lik = step.frame, step.control_variate, step.likelihood
     if not isinstance(frame, LevelFrame):
-        return "the model has no grouping factor with 64 or more levels read as u[g]"
+        return (f"the model has no grouping factor with {MIN_SPLIT_LEVELS} or more levels read "
+                "as u[g]")
     if step.bound is not None:
         return "a UserBound bounds the rows"
     if not isinstance(rows, LevelRows):

@@ -45,6 +45,10 @@ FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
 
 _log = logging.getLogger("pymc_subsample")
 
+#: The level moves' stats of an iteration with none of them (or before they run).
+NO_LEVEL_STATS = {"level_accept": np.nan, "level_rows": 0, "hyper_accept": False,
+                  "scale_accept": False}
+
 
 @functools.cache
 def _blas_controller() -> ThreadpoolController:
@@ -277,8 +281,7 @@ class MHSS(SubsamplingStep):
         with :attr:`level_moves`, one move of every level."""
         if self.level_moves is None:
             q, (stats,) = super().astep(q0)
-            stats["level_accept"], stats["level_rows"], stats["hyper_accept"] = np.nan, 0, False
-            stats["scale_accept"] = False
+            stats.update(NO_LEVEL_STATS)
             return q, [stats]
         # one BLAS thread: the O(G) vector products of these moves are far too small to
         # share, and a threaded BLAS on a busy machine took 5 ms for one dot product of 10⁴
@@ -288,8 +291,7 @@ class MHSS(SubsamplingStep):
 
     def _astep_with_levels(self, q0: RaveledVars) -> tuple[RaveledVars, StatsType]:
         q, (stats,) = super().astep(q0)
-        stats["level_accept"], stats["level_rows"], stats["hyper_accept"] = np.nan, 0, False
-        stats["scale_accept"] = False
+        stats.update(NO_LEVEL_STATS)  # each move below sets its own
         theta = self._sampled(q.data)
         if self.hyper_move is not None:
             theta, hyper_accepted = self.hyper_move.move(theta, self.logp0(theta),
