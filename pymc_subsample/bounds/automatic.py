@@ -221,7 +221,10 @@ class AutomaticFamily:
                          for v in node.inputs}
         conditions = [c for c in dict.fromkeys(conditions)
                       if c not in marked or c in unmarked_uses]
-        self.inequality_switches = bool(conditions)
+        # an inequality among them (a switch on isinf, a mixture's −∞ column, is not one)
+        self.inequality_switches = any(
+            isinstance(getattr(c.owner.op, "scalar_op", None), ps.LT | ps.LE | ps.GT | ps.GE)
+            for c in conditions)
         return conditions
 
     def row_logp(self, predictors: Sequence[Variable], y: Variable,
