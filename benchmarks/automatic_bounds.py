@@ -75,6 +75,22 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
             c = float(np.quantile(t, 0.7))
             pm.Censored("y", pm.Weibull.dist(alpha=k, beta=pm.math.exp(lin)), lower=None,
                         upper=c, observed=np.minimum(t, c))
+        elif name == "tobit":  # censored below at 0 (about 40 % of the rows)
+            s = pm.HalfNormal("s", 2.0)
+            pm.Censored("y", pm.Normal.dist(mu=lin, sigma=s), lower=0.0, upper=None,
+                        observed=np.maximum(eta + 0.8 * rng.normal(size=n), 0.0))
+        elif name == "censored_normal_both":  # below at -0.5, above at per-row bounds
+            s = pm.HalfNormal("s", 2.0)
+            upper = rng.uniform(0.3, 1.5, n)
+            pm.Censored("y", pm.Normal.dist(mu=lin, sigma=s), lower=-0.5, upper=upper,
+                        observed=np.clip(eta + 0.8 * rng.normal(size=n), -0.5, upper))
+        elif name == "truncated_normal":  # truncated below at -0.5
+            s = pm.HalfNormal("s", 2.0)
+            y = eta + 0.8 * rng.normal(size=n)
+            while np.any(y < -0.5):  # rejection: a truncated Normal sample
+                bad = y < -0.5
+                y[bad] = eta[bad] + 0.8 * rng.normal(size=int(bad.sum()))
+            pm.Truncated("y", pm.Normal.dist(mu=lin, sigma=s), lower=-0.5, observed=y)
         elif name == "zero_inflated_poisson":
             psi = pm.Beta("psi", 2.0, 2.0)
             pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.math.exp(lin), observed=np.where(
@@ -160,7 +176,8 @@ def main() -> None:
     args = parser.parse_args()
     new = ["binomial", "lognormal", "exponential", "weibull", "beta", "beta_binomial",
            "censored_weibull", "zero_inflated_poisson", "hurdle_lognormal",
-           "ordered_logistic", "multinomial_logit"]
+           "ordered_logistic", "multinomial_logit", "tobit", "censored_normal_both",
+           "truncated_normal"]
     both = ["logistic", "poisson_log", "normal_sigma"]
     cases = [(f, False) for f in new] + [(f, a) for f in both for a in (False, True)]
     if args.families:

@@ -351,7 +351,7 @@ def test_automatic_suprema_hold_at_random_points_of_random_boxes(name, row):
     right-censored Weibull (log scale, log shape; ``log S`` read through
     ``log1mexp(log1mexp(·))``): the order-2 suprema bound PyTensor's derivatives (evaluated
     by PyTensor, not by the interval evaluator) at random points of every box, wide boxes
-    (the few rows here are bisected) and narrow ones."""
+    (the few rows here are bisected) and narrow ones. A Tobit row: test_smooth_switches.py."""
     rng = np.random.default_rng([RNG_SEED, 13, len(name)])
     hats = [rng.uniform(-3, 3, N_ROWS), rng.uniform(-0.5, 2.5, N_ROWS)]  # log φ, log shape
     norms = [10.0 ** rng.uniform(-3.5, -1.0, N_ROWS) for _ in range(2)]  # N from 10² to 10⁸

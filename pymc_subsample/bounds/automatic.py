@@ -50,8 +50,10 @@ from pymc_subsample.bounds.interval import (
     check_rules,
     evaluate_intervals,
     magnitude,
+    undecided_comparisons,
 )
 from pymc_subsample.bounds.remainder import check_order
+from pymc_subsample.bounds.smooth_switch import SmoothCondition
 
 __all__ = ["AUTOMATIC_FAMILIES", "AutomaticFamily", "NonSmoothRow"]
 
@@ -75,6 +77,8 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
     ("normal_mixture", "NormalMixture with fixed w and sigma, mu the sampled component means"),
     ("ordered_logistic", "OrderedLogistic with eta=η and sampled cutpoints (ordered transform, "
                          "at most 3)"),
+    ("censored_normal", "Censored(Normal.dist(mu=η, sigma=s), lower=c and/or upper=c), s "
+                        "sampled (Tobit)"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
@@ -145,9 +149,10 @@ class AutomaticFamily:
         If a derivative graph has an op the interval evaluator has no rule for.
     """
 
-    #: whether ``f`` compares a predictor with ``<``, ``≤``, ``>``, ``≥`` (a switch between
-    #: formulas, such as PyMC's stabilised normal log-CDF at ``z = −1``): its bound is
-    #: infinite on every row whose box reaches the switch point
+    #: whether ``f`` switches between formulas on a predictor or compares one with ``<``,
+    #: ``≤``, ``>``, ``≥`` other than in PyMC's stabilised log-CDFs (a possible kink or
+    #: jump): its bound is infinite on every row whose box reaches such a switch point where
+    #: the row reads it
     inequality_switches = False
 
     #: interval enclosures of derivative graphs on every row: several times a pass over the
@@ -165,6 +170,9 @@ class AutomaticFamily:
         self._data = tuple(data)
         self._derivative_graphs: dict[int, tuple[list[tuple[int, ...]], list[Variable]]] = {}
         self._memo: dict[tuple[int, ...], Variable] = {(0,) * len(self._predictors): logp}
+        #: the PyMC functions whose switches ``f`` reads as smooth
+        #: (:class:`~pymc_subsample.bounds.smooth_switch.SmoothCondition`'s ``source``)
+        self.smooth_sources: set[str] = set()
         self._conditions = self._predictor_conditions()
         self._inputs = [*self._predictors, *self._data]
 
@@ -174,11 +182,20 @@ class AutomaticFamily:
         return len(self._predictors)
 
     def _predictor_conditions(self) -> list[Variable]:
-        """Conditions of ``f``'s switches that depend on a predictor (each must be decided on
-        a row's box); refuse a kink (:data:`_KINKS`) of a predictor."""
+        """The comparisons of predictors across which ``f`` may have a kink or a jump (each
+        must be decided on a row's box wherever ``f`` reads it there,
+        :func:`~pymc_subsample.bounds.interval.undecided_comparisons`); refuse a kink
+        (:data:`_KINKS`) of a predictor.
+
+        They are the conditions of ``f``'s switches that depend on a predictor, and every
+        inequality of a predictor (also one cast to a number). Not among them: a switch on an
+        *equality* (module docstring) and the conditions marked by
+        :func:`~pymc_subsample.bounds.smooth_switch.smooth_condition`, those of PyMC's
+        stabilised log-CDFs, whose branches are formulas of one analytic function."""
         predictors = set(self._predictors)
         depends: dict[Variable, bool] = {}
-        conditions = []
+        conditions: list[Variable] = []
+        marked: set[Variable] = set()
         for node in io_toposort([*self._predictors, *self._data], [self._f]):
             inputs_depend = [v in predictors or depends.get(v, False) for v in node.inputs]
             for out in node.outputs:
@@ -189,12 +206,25 @@ class AutomaticFamily:
             if isinstance(scalar, _KINKS):
                 raise NonSmoothRow(type(scalar).__name__)
             cond = node.inputs[0]
-            if (isinstance(scalar, ps.Switch) and inputs_depend[0]
+            if isinstance(scalar, SmoothCondition):
+                marked.add(cond)
+                self.smooth_sources.add(scalar.source)
+            elif (isinstance(scalar, ps.Switch) and inputs_depend[0]
                     and not isinstance(getattr(cond.owner.op, "scalar_op", None),
-                                       ps.EQ | ps.NEQ)):
+                                       ps.EQ | ps.NEQ | SmoothCondition)):
                 conditions.append(cond)
-            if isinstance(scalar, ps.LT | ps.LE | ps.GT | ps.GE):
-                self.inequality_switches = True
+            elif isinstance(scalar, ps.LT | ps.LE | ps.GT | ps.GE):
+                conditions.append(node.outputs[0])
+        # a comparison read only through its smooth mark is not a kink
+        unmarked_uses = {v for node in io_toposort([*self._predictors, *self._data], [self._f])
+                         if not isinstance(getattr(node.op, "scalar_op", None), SmoothCondition)
+                         for v in node.inputs}
+        conditions = [c for c in dict.fromkeys(conditions)
+                      if c not in marked or c in unmarked_uses]
+        # an inequality among them (a switch on isinf, a mixture's −∞ column, is not one)
+        self.inequality_switches = any(
+            isinstance(getattr(c.owner.op, "scalar_op", None), ps.LT | ps.LE | ps.GT | ps.GE)
+            for c in conditions)
         return conditions
 
     def row_logp(self, predictors: Sequence[Variable], y: Variable,
@@ -342,15 +372,16 @@ class AutomaticFamily:
             boxes[p] = ((lo - slack).ravel(), (hi + slack).ravel())
         if len(cells) > 1:
             data = {v: np.tile(d, len(cells)) for v, d in data.items()}
-        out = evaluate_intervals([*graphs, *conditions], {**boxes, **data})
+        out = evaluate_intervals(graphs, {**boxes, **data})
         shape = (len(cells), n_rows)
 
         def by_cell(v):
             return np.broadcast_to(v, (len(cells) * n_rows,)).reshape(shape)
 
-        sup = [by_cell(magnitude(e)).max(axis=0) for e in out[: len(graphs)]]
+        sup = [by_cell(magnitude(e)).max(axis=0) for e in out]
         undecided = np.zeros(n_rows, dtype=bool)
-        for lo, hi in out[len(graphs):]:
-            certain, possible = np.asarray(lo, bool), np.asarray(hi, bool)
-            undecided |= by_cell(certain != possible).any(axis=0)
+        if conditions:
+            # only where the row reads them: a censored row's log-CDF, not its density
+            undecided = by_cell(undecided_comparisons(self._f, {**boxes, **data},
+                                                      conditions)).any(axis=0)
         return [*sup, undecided]

@@ -61,7 +61,8 @@ from pymc_subsample.bounds.interval_rules import (
     outward,
 )
 
-__all__ = ["Interval", "NoIntervalRule", "check_rules", "evaluate_intervals", "magnitude"]
+__all__ = ["Interval", "NoIntervalRule", "check_rules", "evaluate_intervals", "magnitude",
+           "undecided_comparisons"]
 
 
 def _scalar_rule(op, inputs: list[Interval], out_dtype: str) -> Interval:
@@ -127,8 +128,11 @@ def _sum(node, args: list[Interval]) -> Interval:
 
 
 def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
-              outputs: Sequence[Variable]) -> list[Interval]:
-    env: dict[Variable, Interval] = dict(zip(inputs, enclosures, strict=True))
+              outputs: Sequence[Variable],
+              env: dict[Variable, Interval] | None = None) -> list[Interval]:
+    """The enclosures of ``outputs``; ``env`` (if given) keeps every variable's."""
+    env = {} if env is None else env
+    env.update(zip(inputs, enclosures, strict=True))
     for node in io_toposort(list(inputs), list(outputs)):
         for var in node.inputs:
             if var not in env:
@@ -176,6 +180,7 @@ def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
 def evaluate_intervals(
     outputs: Sequence[Variable],
     inputs: dict[Variable, Interval | np.ndarray],
+    env: dict[Variable, Interval] | None = None,
 ) -> list[Interval]:
     """Enclosures of ``outputs`` when each input ranges over its interval.
 
@@ -185,6 +190,9 @@ def evaluate_intervals(
         Graphs of ``inputs`` (and constants) only.
     inputs : dict
         Each input's ``(lo, hi)`` arrays, or one array for an exact value (data).
+
+    env : dict, optional
+        Filled with every graph variable's enclosure (for :func:`undecided_comparisons`).
 
     Returns
     -------
@@ -205,7 +213,65 @@ def evaluate_intervals(
         else:
             lo = hi = np.asarray(value)
         enclosures.append((lo, hi))
-    return _evaluate(names, enclosures, outputs)
+    return _evaluate(names, enclosures, outputs, env)
+
+
+def undecided_comparisons(output: Variable, inputs: dict[Variable, Interval | np.ndarray],
+                          comparisons: Sequence[Variable]) -> np.ndarray:
+    """Where ``output``'s value depends on one of ``comparisons`` left undecided by the box.
+
+    ``comparisons`` are boolean variables of the graph (a switch's condition, an inequality of
+    a predictor cast to a number) across which ``output`` may jump or have a kink. A
+    comparison is *live* on an element when it is undecided there (possibly true and possibly
+    false over the box) and the output reads it: a ``switch`` whose condition the box decides
+    (a condition on the row's data, such as a censored row's ``y = c``) passes on its
+    selected branch's state only, the other branch's comparisons do not matter on that row;
+    every other op passes on the state of any of its inputs (elementwise, or through the op
+    itself for selections and sums).
+
+    Returns
+    -------
+    numpy.ndarray of bool
+        Shaped like ``output``'s enclosure: ``True`` where the output's value on the box
+        depends on an undecided comparison.
+    """
+    env: dict[Variable, Interval] = {}
+    evaluate_intervals([output], inputs, env)
+    watched = set(comparisons)
+    live: dict[Variable, np.ndarray] = {}
+
+    def state(var: Variable) -> np.ndarray | bool:
+        return live.get(var, False)
+
+    for node in io_toposort(list(inputs), [output]):
+        out = node.outputs[0]
+        states = [state(v) for v in node.inputs]
+        op = node.op
+        if isinstance(op, Elemwise) and isinstance(op.scalar_op, ps.Switch):
+            certain, possible = as_bool(env[node.inputs[0]])
+            s_cond, s_a, s_b = states
+            value = np.where(certain, s_a, np.where(~possible, s_b, s_a | s_b)) | s_cond
+        elif isinstance(op, Elemwise | ps.ScalarOp):
+            value = False
+            for s in states:
+                value = value | s
+        elif not any(np.any(s) for s in states):
+            value = False
+        elif isinstance(op, _SHAPE):
+            value = False
+        else:
+            # a selection, broadcast or sum: the op applied to the states (as the values'
+            # dtypes), an element live where any element it reads is
+            args = [np.broadcast_to(s, np.shape(env[v][0])).astype(v.type.dtype)
+                    if v.type.dtype.startswith(("float", "bool")) else env[v][0]
+                    for v, s in zip(node.inputs, states, strict=True)]
+            value = np.asarray(_perform(node, args)) != 0
+        if out in watched:
+            certain, possible = as_bool(env[out])
+            value = value | (certain != possible)
+        if np.any(value):
+            live[out] = np.asarray(value)
+    return np.broadcast_to(state(output), np.shape(env[output][0]))
 
 
 

@@ -45,6 +45,7 @@ from pytensor.tensor.variable import TensorConstant
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.links import stable_bernoulli_logp
 from pymc_subsample.model.data import row_source_of
+from pymc_subsample.model.smooth_switches import mark_smooth_switches
 
 #: Seed of the setup checks' random rows and parameter point (construction is deterministic).
 CHECK_SEED = 20240611
@@ -577,9 +578,15 @@ def row_logp(block: ObservedBlock):
     # measurable graph give, e.g. for a truncated normal with an infinite bound, a graph
     # whose gradient is finite where pm.logp's is NaN
     value = block.value.type()
-    logp = graph_replace(
-        conditional_logp({block.rv: value})[value], {value: block.value}, strict=False
-    )
+    # PyMC's stabilised normal log-CDFs marked as the smooth functions they are while their
+    # graphs are still as PyMC built them, before PyMC's rewrites of the measurable graph:
+    # in the variable's parameters (an ordinal probit's probabilities), then in the log-CDFs
+    # the logp itself builds (a censored Normal's); the automatic bound encloses their
+    # derivatives across their switch points
+    rv = mark_smooth_switches(block.rv)
+    logp = graph_replace(conditional_logp({rv: value})[value], {value: block.value},
+                         strict=False)
+    logp = mark_smooth_switches(logp)
     if any(isinstance(n.op, RandomVariable) for n in toposort([logp])):
         # a mixture's logp reads its components' shapes: without this rewrite every call
         # would also draw the components (PyMC's compile adds their RNG updates), some on
