@@ -64,7 +64,7 @@ class MarginalMode:
 
 
 def marginal_mode(
-    conditional_mode: Callable[[np.ndarray], tuple[np.ndarray, object]],
+    conditional_mode: Callable[[np.ndarray], tuple[float, np.ndarray, object]],
     hyper: np.ndarray,
     start: np.ndarray,
 ) -> MarginalMode:
@@ -115,8 +115,7 @@ def marginal_mode(
         h_hat = scipy.optimize.minimize(
             lambda h: -marginal(h), h0, method="Nelder-Mead",
             options={"initial_simplex": simplex, "xatol": HYPER_TOLERANCE,
-                     "fatol": MARGINAL_TOLERANCE,
-                     "maxfev": 40 * h0.size},
+                     "fatol": MARGINAL_TOLERANCE, "maxfev": 40 * h0.size},
         ).x
     centre = marginal(h_hat)
     if not np.isfinite(centre):
