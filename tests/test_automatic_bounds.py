@@ -28,7 +28,8 @@ from pymc_subsample.bounds.automatic import AutomaticFamily, NonSmoothRow
 from pymc_subsample.bounds.interval import NoIntervalRule, evaluate_intervals
 from pymc_subsample.bounds.normal import NormalScale, normal_scale_suprema
 from pymc_subsample.bounds.student_t import StudentTScale, student_t_scale_suprema
-from pymc_subsample.model.predictors import _drop_check, _simplify
+from pymc_subsample.model.predictor_forms import drop_check
+from pymc_subsample.model.predictors import _simplify
 
 RNG_SEED = 20261126
 #: the automatic suprema are at most this many times the hand-derived ones on every one of the
@@ -359,7 +360,7 @@ def test_automatic_suprema_hold_at_random_points_of_random_boxes(name, row):
     p0, p1 = pt.vector("p0", dtype="float64"), pt.vector("p1", dtype="float64")
     data, values = _family_data(name, rng, hats)
     f = rewrite_graph(row(p0, p1, data), include=("canonicalize",),
-                      custom_rewrite=in2out(_drop_check))
+                      custom_rewrite=in2out(drop_check))
     auto = AutomaticFamily(_simplify(f), [p0, p1], data, name, name)
     sup = auto.all_suprema(2, tuple(norms), values[0], tuple(hats), radius, values)
     assert all(np.isfinite(s).all() for s in sup.values())

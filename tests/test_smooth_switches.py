@@ -27,7 +27,8 @@ from pytensor.scalar import basic as ps
 from pymc_subsample.bounds.automatic import AutomaticFamily
 from pymc_subsample.bounds.interval import undecided_comparisons
 from pymc_subsample.bounds.smooth_switch import SmoothCondition, is_smooth_condition
-from pymc_subsample.model.predictors import _drop_check, _simplify
+from pymc_subsample.model.predictor_forms import drop_check
+from pymc_subsample.model.predictors import _simplify
 from pymc_subsample.model.smooth_switches import mark_smooth_switches
 
 RNG_SEED = 20261127
@@ -94,7 +95,7 @@ def test_tobit_row_suprema_hold_across_the_switch_point():
     yv, cv = pt.vector("y", dtype="float64"), pt.vector("c", dtype="float64")
     dist = pm.Censored.dist(pm.Normal.dist(mu=p0, sigma=pt.exp(p1)), lower=cv, upper=None)
     f = rewrite_graph(mark_smooth_switches(pm.logp(dist, yv)), include=("canonicalize",),
-                      custom_rewrite=in2out(_drop_check))
+                      custom_rewrite=in2out(drop_check))
     auto = AutomaticFamily(_simplify(f), [p0, p1], [yv, cv], "tobit", "tobit")
     assert auto.smooth_sources == {"normal_lcdf"} and not auto.inequality_switches
     # μ̂, log σ̂; the bound at z = (c − μ)/σ, half the rows within 0.3 of z = −1

@@ -43,7 +43,7 @@ from pytensor.tensor.extra_ops import broadcast_shape
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.cluster import SETUP_CHUNK_ROWS, GatheringFunction, map_row_blocks
 from pymc_subsample.model.data import RowSource
-from pymc_subsample.model.rebuild import ObservedBlock, rebuild_on_index, row_logp
+from pymc_subsample.model.rebuild import ObservedBlock, rebuild_on_index
 from pymc_subsample.model.row_checks import (
     check_free_variables,
     check_latent_rows,
@@ -52,6 +52,7 @@ from pymc_subsample.model.row_checks import (
     check_vars,
     find_data_axis,
 )
+from pymc_subsample.model.row_logp import row_logp
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]
 

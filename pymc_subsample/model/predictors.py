@@ -23,13 +23,11 @@ from typing import ClassVar
 
 import numpy as np
 import pytensor.tensor as pt
-from pymc.logprob.utils import CheckParameterValue
 from pytensor.graph.basic import Constant, Variable
-from pytensor.graph.rewriting.basic import in2out, node_rewriter
+from pytensor.graph.rewriting.basic import in2out
 from pytensor.graph.rewriting.utils import rewrite_graph
 from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.scalar import basic as ps
-from pytensor.scalar import math as psm
 from pytensor.tensor.basic import Alloc, Join, MakeVector
 from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
 from pytensor.tensor.math import Dot
@@ -42,6 +40,12 @@ from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.columns import NotExpandable, expand_class_axis
 from pymc_subsample.model.glm import _rows_of_affine, _simplify_log, unsupported
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.predictor_forms import (
+    constant_value,
+    drop_check,
+    exp_forms,
+    scalar_op,
+)
 
 __all__ = ["PredictorTerm", "check_finite_suprema", "detect_predictor_terms"]
 
@@ -65,125 +69,10 @@ class PredictorTerm:
     curvature: ClassVar[None] = None
 
 
-@node_rewriter([CheckParameterValue])
-def _drop_check(fgraph, node):
-    """PyMC's parameter checks (``σ > 0``) hold on the support the transforms keep to."""
-    return [node.inputs[0]]
-
-
-def _scalar_of(var: Variable):
-    return getattr(var.owner.op, "scalar_op", None) if var.owner is not None else None
-
-
-def _negated(var: Variable) -> Variable | None:
-    """``x`` when ``var`` is ``−x`` or ``(−1)·x``, else None."""
-    op = _scalar_of(var)
-    if isinstance(op, ps.Neg):
-        return var.owner.inputs[0]
-    if isinstance(op, ps.Mul) and len(var.owner.inputs) == 2:
-        a, b = var.owner.inputs
-        for c, x in ((a, b), (b, a)):
-            if isinstance(c, Constant) and np.all(np.asarray(c.data) == -1.0):
-                return x
-    return None
-
-
-def _constant_value(var: Variable) -> float | None:
-    """The one value of a constant, or of a fill or broadcast of one (``zeros_like(x)``)."""
-    while var.owner is not None:
-        op = var.owner.op
-        if isinstance(getattr(op, "scalar_op", None), ps.Second):
-            var = var.owner.inputs[1]
-        elif isinstance(op, DimShuffle | Alloc | SpecifyShape):
-            var = var.owner.inputs[0]
-        else:
-            return None
-    if not isinstance(var, Constant):
-        return None
-    values = np.unique(np.asarray(var.data))
-    return float(values[0]) if values.size == 1 else None
-
-
-def _sigmoid_arg(var: Variable) -> Variable | None:
-    """``z`` when ``var`` is ``σ(z)``."""
-    return var.owner.inputs[0] if isinstance(_scalar_of(var), psm.Sigmoid) else None
-
-
-def _log_forms(x: Variable) -> Variable | None:
-    r"""``log x`` in a form whose pieces are monotone in one variable each, or None:
-    ``log switch(c, a, b) = switch(c, log a, log b)`` (a row's own class picked by the data)
-    and the ordinal logit's interval probability
-
-    .. math::
-
-        \log(\sigma(a) - \sigma(b)) = -\mathrm{softplus}(-a) - \mathrm{softplus}(b)
-        + \mathrm{log1mexp}(b - a),
-
-    since :math:`\sigma(a) - \sigma(b) = \sigma(a)(1 - \sigma(b))(1 - e^{b-a})`; the end
-    classes' :math:`\sigma(a) - 0` and :math:`1 - \sigma(b)` likewise."""
-    op = _scalar_of(x)
-    if isinstance(op, ps.Switch):
-        cond, a, b = x.owner.inputs
-        return pt.switch(cond, pt.log(a), pt.log(b))
-    if not isinstance(op, ps.Sub):
-        return None
-    first, second = x.owner.inputs
-    a, b = _sigmoid_arg(first), _sigmoid_arg(second)
-    if a is not None and b is not None:
-        return -pt.softplus(-a) - pt.softplus(b) + pt.log1mexp(b - a)
-    if a is not None and _constant_value(second) == 0.0:
-        return -pt.softplus(-a)
-    if b is not None and _constant_value(first) == 1.0:
-        return -pt.softplus(b)
-    return None
-
-
-@node_rewriter([Elemwise])
-def _exp_forms(fgraph, node):
-    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)``,
-    ``log σ(z) → −softplus(−z)`` and ``log1mexp(log1mexp(x)) → x``: each predictor expression
-    once, so that the derivatives are not quotients of repeated terms whose enclosures
-    overestimate (a Weibull's or Exponential's ``y/λ`` with ``λ = e^η``, a Bernoulli's
-    ``log1p(−σ(η))``, a censored row's ``log S = log1mexp(log F)``)."""
-    scalar = node.op.scalar_op
-    negated = _negated(node.inputs[0]) if isinstance(scalar, ps.Log1p) else None
-    inner = _scalar_of(node.inputs[0])
-    if isinstance(scalar, psm.Log1mexp) and isinstance(inner, psm.Log1mexp):
-        # log(1 − (1 − e^x)) = x for x ≤ 0: a survival term log S written as log1mexp of a
-        # log-CDF (PyMC's Censored). Its enclosures explode through the two poles otherwise
-        out = node.inputs[0].owner.inputs[0]
-    elif isinstance(scalar, psm.Log1mexp) and isinstance(inner, ps.Switch):
-        # through the log-CDF's own guard (switch(y < 0, −inf, log1mexp(...))) to the above
-        cond, a, b = node.inputs[0].owner.inputs
-        out = pt.switch(cond, pt.log1mexp(a), pt.log1mexp(b))
-    elif negated is not None and isinstance(_scalar_of(negated), psm.Sigmoid):
-        # log(1 − σ(z)) = −softplus(z): monotone, one occurrence of z
-        out = -pt.softplus(negated.owner.inputs[0])
-    elif isinstance(scalar, ps.Log) and isinstance(_scalar_of(node.inputs[0]), psm.Sigmoid):
-        out = -pt.softplus(-node.inputs[0].owner.inputs[0])
-    elif isinstance(scalar, ps.Log) and (rewritten := _log_forms(node.inputs[0])) is not None:
-        out = rewritten
-    elif isinstance(scalar, ps.Pow):
-        base, k = node.inputs
-        if isinstance(getattr(base.owner and base.owner.op, "scalar_op", None), ps.Exp):
-            out = pt.exp(k * base.owner.inputs[0])
-        else:
-            return None
-    elif isinstance(scalar, ps.TrueDiv):
-        a, b = node.inputs
-        if isinstance(getattr(b.owner and b.owner.op, "scalar_op", None), ps.Exp):
-            out = a * pt.exp(-b.owner.inputs[0])
-        else:
-            return None
-    else:
-        return None
-    return [pt.cast(pt.broadcast_to(out, node.outputs[0].shape), node.outputs[0].dtype)]
-
-
 def _simplify(f: Variable) -> Variable:
     """``f`` with logs of products, powers and exponentials split (as the hand-derived
     families' predictors are read) and powers and quotients of ``exp`` folded."""
-    f = rewrite_graph(f, include=(), custom_rewrite=in2out(_exp_forms, ignore_newtrees=False))
+    f = rewrite_graph(f, include=(), custom_rewrite=in2out(exp_forms, ignore_newtrees=False))
     # log(e^a + e^b) stays as written: its stabilised form max(a, b) + log1p(e^{−|a − b|})
     # is smooth, but through a kink of each piece (a mixture's or zero-inflated family's row)
     return _simplify_log(f, exclude=("local_log_add_exp", "local_log_sum_exp"))
@@ -217,7 +106,7 @@ class _Reader:
                 inputs = var.owner.inputs
                 if isinstance(var.owner.op, Alloc):
                     inputs = inputs[:1]
-                elif isinstance(_scalar_of(var), ps.Second):  # fill(x, v): v, x's shape
+                elif isinstance(scalar_op(var), ps.Second):  # fill(x, v): v, x's shape
                     inputs = inputs[1:]
                 value = any(self.depends(v, on) for v in inputs)
             self._on[key] = value
@@ -268,11 +157,10 @@ def _core(var: Variable) -> Variable:
     """A predictor without the broadcasts around it (one key for ``s`` and ``s[None]``)."""
     while var.owner is not None and (
         isinstance(var.owner.op, DimShuffle | SpecifyShape | Alloc)
-        or isinstance(getattr(var.owner.op, "scalar_op", None), ps.Second)
+        or isinstance(scalar_op(var), ps.Second)
     ):
         inputs = var.owner.inputs
-        inner = inputs[1] if isinstance(getattr(var.owner.op, "scalar_op", None),
-                                        ps.Second) else inputs[0]
+        inner = inputs[1] if isinstance(scalar_op(var), ps.Second) else inputs[0]
         if inner.type.ndim != 0:  # only a scalar's broadcasts are stripped
             break
         var = inner
@@ -397,7 +285,7 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
     for block, graph in zip(lik.blocks, lik.block_terms, strict=True):
         name = block.name
         graph = rewrite_graph(pt.cast(graph, "float64"), include=("canonicalize",),
-                              custom_rewrite=in2out(_drop_check))
+                              custom_rewrite=in2out(drop_check))
         try:
             terms.append(_predictor_term(lik, block, graph, rows, order, expanded=False))
             continue
@@ -417,7 +305,7 @@ def detect_predictor_terms(lik: SubsampledLikelihood, order: int = 2) -> list[Pr
         # monotone forms before the predictors are read: c_k − η, c_{k−1} − c_k, ... cancel
         columns = rewrite_graph(
             rewrite_graph(columns, include=(),
-                          custom_rewrite=in2out(_exp_forms, ignore_newtrees=False)),
+                          custom_rewrite=in2out(exp_forms, ignore_newtrees=False)),
             include=("canonicalize",))
         terms.append(_predictor_term(lik, block, columns, rows, order, expanded=True,
                                      mixture=mixture))
@@ -540,7 +428,7 @@ def _unscaled(found: list[Variable], reader: _Reader) -> list[Variable]:
         cores = {_core(v) for v in out}
         new: list[Variable] = []
         for var in out:
-            scalar = _scalar_of(var)
+            scalar = scalar_op(var)
             parts = [var]
             moving = ([v for v in var.owner.inputs if reader.depends(v)]
                       if isinstance(scalar, ps.Mul | ps.Add | ps.Sub | ps.Neg) else [])
@@ -550,7 +438,7 @@ def _unscaled(found: list[Variable], reader: _Reader) -> list[Variable]:
                 others = [v for v in var.owner.inputs if v not in moving]
                 if len(moving) == 1 and _core(moving[0]) is not var and (
                         _core(moving[0]) in cores
-                        or all(_constant_value(v) is not None for v in others)):
+                        or all(constant_value(v) is not None for v in others)):
                     parts = moving
             elif isinstance(scalar, ps.Neg):
                 parts = moving

@@ -27,11 +27,9 @@ import numpy as np
 import pytensor.tensor as pt
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.distributions.shape_utils import change_dist_size
-from pymc.logprob.basic import conditional_logp
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.graph.basic import Apply, Constant, Variable
-from pytensor.graph.replace import clone_replace, graph_replace
-from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import ancestors, toposort
 from pytensor.tensor.basic import get_scalar_constant_value
 from pytensor.tensor.exceptions import NotScalarConstantError
@@ -43,9 +41,7 @@ from pytensor.tensor.type_other import NoneTypeT
 from pytensor.tensor.variable import TensorConstant
 
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.links import stable_bernoulli_logp
 from pymc_subsample.model.data import row_source_of
-from pymc_subsample.model.smooth_switches import mark_smooth_switches
 
 #: Seed of the setup checks' random rows and parameter point (construction is deterministic).
 CHECK_SEED = 20240611
@@ -568,37 +564,3 @@ def _check_row_wise_on_sources(
             "it needs every row: compute it before writing the data (standardise the "
             "columns in the writer), or use pm.Data for data that fit in memory."
         )
-
-
-def row_logp(block: ObservedBlock):
-    stable = stable_bernoulli_logp(block.rv, block.value)
-    if stable is not None:
-        return stable
-    # PyMC's model-level path (``model.logp`` uses it), not ``pm.logp``: its rewrites of the
-    # measurable graph give, e.g. for a truncated normal with an infinite bound, a graph
-    # whose gradient is finite where pm.logp's is NaN
-    value = block.value.type()
-    # PyMC's stabilised normal log-CDFs marked as the smooth functions they are while their
-    # graphs are still as PyMC built them, before PyMC's rewrites of the measurable graph:
-    # in the variable's parameters (an ordinal probit's probabilities), then in the log-CDFs
-    # the logp itself builds (a censored Normal's); the automatic bound encloses their
-    # derivatives across their switch points
-    rv = mark_smooth_switches(block.rv)
-    logp = graph_replace(conditional_logp({rv: value})[value], {value: block.value},
-                         strict=False)
-    logp = mark_smooth_switches(logp)
-    if any(isinstance(n.op, RandomVariable) for n in toposort([logp])):
-        # a mixture's logp reads its components' shapes: without this rewrite every call
-        # would also draw the components (PyMC's compile adds their RNG updates), some on
-        # all N rows
-        logp = rewrite_graph(logp, include=("canonicalize",))
-    if logp.ndim == 0:
-        raise SubsamplingModelError(
-            f"The log-likelihood of observed variable '{block.name}' is a single joint term "
-            "over all rows (e.g. a multivariate distribution across the data axis), not a sum "
-            "over rows. Subsampling needs independent rows: reshape it so each row is one "
-            "draw, or sample with NUTS."
-        )
-    if logp.ndim > 1:
-        logp = logp.sum(axis=tuple(range(1, logp.ndim)))
-    return logp

@@ -35,31 +35,28 @@ from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.scalar import basic as ps
 
 from pymc_subsample.bounds.smooth_switch import smooth_condition
+from pymc_subsample.model.predictor_forms import scalar_op
 
 __all__ = ["mark_smooth_switches"]
-
-
-def _scalar_op(var: Variable):
-    return getattr(var.owner.op, "scalar_op", None) if var.owner is not None else None
 
 
 def _standardised(z: Variable, scaled: bool) -> tuple[Variable, Variable, Variable] | None:
     """``(x, μ, σ)`` when ``z`` is ``(x − μ)/σ`` (``((x − μ)/σ)/c`` if ``scaled``)."""
     if scaled:
-        if not isinstance(_scalar_op(z), ps.TrueDiv):
+        if not isinstance(scalar_op(z), ps.TrueDiv):
             return None
         z = z.owner.inputs[0]
-    if not isinstance(_scalar_op(z), ps.TrueDiv):
+    if not isinstance(scalar_op(z), ps.TrueDiv):
         return None
     difference, sigma = z.owner.inputs
-    if not isinstance(_scalar_op(difference), ps.Sub):
+    if not isinstance(scalar_op(difference), ps.Sub):
         return None
     x, mu = difference.owner.inputs
     return x, mu, sigma
 
 
 def _switch_parts(var: Variable) -> tuple[Variable, Variable, Variable] | None:
-    if not isinstance(_scalar_op(var), ps.Switch):
+    if not isinstance(scalar_op(var), ps.Switch):
         return None
     return tuple(var.owner.inputs)
 
@@ -70,7 +67,7 @@ def _one_sided(builder: Callable, comparison: type) -> Callable:
 
     def recognise(switch: Variable) -> list[Variable] | None:
         cond, _, _ = _switch_parts(switch)
-        if not isinstance(_scalar_op(cond), comparison):
+        if not isinstance(scalar_op(cond), comparison):
             return None
         parts = _standardised(cond.owner.inputs[0], scaled=False)
         if parts is None:
@@ -88,8 +85,8 @@ def _log_diff(switch: Variable) -> list[Variable] | None:
     (``log ½ +`` it), reading ``a`` from its inner condition and ``b`` from its outer one."""
     outer, _, inner_switch = _switch_parts(switch)
     inner = _switch_parts(inner_switch)
-    if inner is None or not isinstance(_scalar_op(outer), ps.GT) \
-            or not isinstance(_scalar_op(inner[0]), ps.LT):
+    if inner is None or not isinstance(scalar_op(outer), ps.GT) \
+            or not isinstance(scalar_op(inner[0]), ps.LT):
         return None
     lower = _standardised(outer.owner.inputs[0], scaled=True)
     upper = _standardised(inner[0].owner.inputs[0], scaled=True)

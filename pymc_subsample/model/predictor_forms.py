@@ -1,0 +1,137 @@
+"""Rewrites that put a row log-density's predictor expressions in the forms the automatic
+bound encloses tightly (:mod:`~pymc_subsample.model.predictors`): PyMC's parameter checks
+dropped, each predictor expression written once and logs of sigmoids as softplus, and the
+small graph readers they share.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor.tensor as pt
+from pymc.logprob.utils import CheckParameterValue
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.rewriting.basic import node_rewriter
+from pytensor.scalar import basic as ps
+from pytensor.scalar import math as psm
+from pytensor.tensor.basic import Alloc
+from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.shape import SpecifyShape
+
+__all__ = ["constant_value", "drop_check", "exp_forms", "log_forms", "negated", "scalar_op",
+           "sigmoid_arg"]
+
+
+@node_rewriter([CheckParameterValue])
+def drop_check(fgraph, node):
+    """PyMC's parameter checks (``σ > 0``) hold on the support the transforms keep to."""
+    return [node.inputs[0]]
+
+
+def scalar_op(var: Variable):
+    """The scalar op of an elementwise ``var``'s owner, else None."""
+    return getattr(var.owner.op, "scalar_op", None) if var.owner is not None else None
+
+
+def negated(var: Variable) -> Variable | None:
+    """``x`` when ``var`` is ``−x`` or ``(−1)·x``, else None."""
+    op = scalar_op(var)
+    if isinstance(op, ps.Neg):
+        return var.owner.inputs[0]
+    if isinstance(op, ps.Mul) and len(var.owner.inputs) == 2:
+        a, b = var.owner.inputs
+        for c, x in ((a, b), (b, a)):
+            if isinstance(c, Constant) and np.all(np.asarray(c.data) == -1.0):
+                return x
+    return None
+
+
+def constant_value(var: Variable) -> float | None:
+    """The one value of a constant, or of a fill or broadcast of one (``zeros_like(x)``)."""
+    while var.owner is not None:
+        op = var.owner.op
+        if isinstance(getattr(op, "scalar_op", None), ps.Second):
+            var = var.owner.inputs[1]
+        elif isinstance(op, DimShuffle | Alloc | SpecifyShape):
+            var = var.owner.inputs[0]
+        else:
+            return None
+    if not isinstance(var, Constant):
+        return None
+    values = np.unique(np.asarray(var.data))
+    return float(values[0]) if values.size == 1 else None
+
+
+def sigmoid_arg(var: Variable) -> Variable | None:
+    """``z`` when ``var`` is ``σ(z)``."""
+    return var.owner.inputs[0] if isinstance(scalar_op(var), psm.Sigmoid) else None
+
+
+def log_forms(x: Variable) -> Variable | None:
+    r"""``log x`` in a form whose pieces are monotone in one variable each, or None:
+    ``log switch(c, a, b) = switch(c, log a, log b)`` (a row's own class picked by the data)
+    and the ordinal logit's interval probability
+
+    .. math::
+
+        \log(\sigma(a) - \sigma(b)) = -\mathrm{softplus}(-a) - \mathrm{softplus}(b)
+        + \mathrm{log1mexp}(b - a),
+
+    since :math:`\sigma(a) - \sigma(b) = \sigma(a)(1 - \sigma(b))(1 - e^{b-a})`; the end
+    classes' :math:`\sigma(a) - 0` and :math:`1 - \sigma(b)` likewise."""
+    op = scalar_op(x)
+    if isinstance(op, ps.Switch):
+        cond, a, b = x.owner.inputs
+        return pt.switch(cond, pt.log(a), pt.log(b))
+    if not isinstance(op, ps.Sub):
+        return None
+    first, second = x.owner.inputs
+    a, b = sigmoid_arg(first), sigmoid_arg(second)
+    if a is not None and b is not None:
+        return -pt.softplus(-a) - pt.softplus(b) + pt.log1mexp(b - a)
+    if a is not None and constant_value(second) == 0.0:
+        return -pt.softplus(-a)
+    if b is not None and constant_value(first) == 1.0:
+        return -pt.softplus(b)
+    return None
+
+
+@node_rewriter([Elemwise])
+def exp_forms(fgraph, node):
+    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)``,
+    ``log σ(z) → −softplus(−z)`` and ``log1mexp(log1mexp(x)) → x``: each predictor expression
+    once, so that the derivatives are not quotients of repeated terms whose enclosures
+    overestimate (a Weibull's or Exponential's ``y/λ`` with ``λ = e^η``, a Bernoulli's
+    ``log1p(−σ(η))``, a censored row's ``log S = log1mexp(log F)``)."""
+    scalar = node.op.scalar_op
+    minus = negated(node.inputs[0]) if isinstance(scalar, ps.Log1p) else None
+    inner = scalar_op(node.inputs[0])
+    if isinstance(scalar, psm.Log1mexp) and isinstance(inner, psm.Log1mexp):
+        # log(1 − (1 − e^x)) = x for x ≤ 0: a survival term log S written as log1mexp of a
+        # log-CDF (PyMC's Censored). Its enclosures explode through the two poles otherwise
+        out = node.inputs[0].owner.inputs[0]
+    elif isinstance(scalar, psm.Log1mexp) and isinstance(inner, ps.Switch):
+        # through the log-CDF's own guard (switch(y < 0, −inf, log1mexp(...))) to the above
+        cond, a, b = node.inputs[0].owner.inputs
+        out = pt.switch(cond, pt.log1mexp(a), pt.log1mexp(b))
+    elif minus is not None and isinstance(scalar_op(minus), psm.Sigmoid):
+        # log(1 − σ(z)) = −softplus(z): monotone, one occurrence of z
+        out = -pt.softplus(minus.owner.inputs[0])
+    elif isinstance(scalar, ps.Log) and isinstance(scalar_op(node.inputs[0]), psm.Sigmoid):
+        out = -pt.softplus(-node.inputs[0].owner.inputs[0])
+    elif isinstance(scalar, ps.Log) and (rewritten := log_forms(node.inputs[0])) is not None:
+        out = rewritten
+    elif isinstance(scalar, ps.Pow):
+        base, k = node.inputs
+        if isinstance(scalar_op(base), ps.Exp):
+            out = pt.exp(k * base.owner.inputs[0])
+        else:
+            return None
+    elif isinstance(scalar, ps.TrueDiv):
+        a, b = node.inputs
+        if isinstance(scalar_op(b), ps.Exp):
+            out = a * pt.exp(-b.owner.inputs[0])
+        else:
+            return None
+    else:
+        return None
+    return [pt.cast(pt.broadcast_to(out, node.outputs[0].shape), node.outputs[0].dtype)]

@@ -1,0 +1,53 @@
+"""The log-likelihood of an observed variable, row by row: ``ℓ_i`` of each row of a rebuilt
+:class:`~pymc_subsample.model.rebuild.ObservedBlock`, the terms
+:class:`~pymc_subsample.model.likelihood.SubsampledLikelihood` sums and subsamples."""
+
+from __future__ import annotations
+
+from pymc.logprob.basic import conditional_logp
+from pytensor.graph.replace import graph_replace
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import toposort
+from pytensor.tensor.random.op import RandomVariable
+
+from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.links import stable_bernoulli_logp
+from pymc_subsample.model.rebuild import ObservedBlock
+from pymc_subsample.model.smooth_switches import mark_smooth_switches
+
+__all__ = ["row_logp"]
+
+
+def row_logp(block: ObservedBlock):
+    """The block's log-likelihood, one term per row (summed over any further axes)."""
+    stable = stable_bernoulli_logp(block.rv, block.value)
+    if stable is not None:
+        return stable
+    # PyMC's model-level path (``model.logp`` uses it), not ``pm.logp``: its rewrites of the
+    # measurable graph give, e.g. for a truncated normal with an infinite bound, a graph
+    # whose gradient is finite where pm.logp's is NaN
+    value = block.value.type()
+    # PyMC's stabilised normal log-CDFs marked as the smooth functions they are while their
+    # graphs are still as PyMC built them, before PyMC's rewrites of the measurable graph:
+    # in the variable's parameters (an ordinal probit's probabilities), then in the log-CDFs
+    # the logp itself builds (a censored Normal's); the automatic bound encloses their
+    # derivatives across their switch points
+    rv = mark_smooth_switches(block.rv)
+    logp = graph_replace(conditional_logp({rv: value})[value], {value: block.value},
+                         strict=False)
+    logp = mark_smooth_switches(logp)
+    if any(isinstance(n.op, RandomVariable) for n in toposort([logp])):
+        # a mixture's logp reads its components' shapes: without this rewrite every call
+        # would also draw the components (PyMC's compile adds their RNG updates), some on
+        # all N rows
+        logp = rewrite_graph(logp, include=("canonicalize",))
+    if logp.ndim == 0:
+        raise SubsamplingModelError(
+            f"The log-likelihood of observed variable '{block.name}' is a single joint term "
+            "over all rows (e.g. a multivariate distribution across the data axis), not a sum "
+            "over rows. Subsampling needs independent rows: reshape it so each row is one "
+            "draw, or sample with NUTS."
+        )
+    if logp.ndim > 1:
+        logp = logp.sum(axis=tuple(range(1, logp.ndim)))
+    return logp
