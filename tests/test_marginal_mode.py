@@ -12,6 +12,7 @@ from scipy import stats
 
 import pymc_subsample as pms
 from pymc_subsample.datasets import random_effects_data, random_effects_model
+from pymc_subsample.model.frame import laplace_frame
 from pymc_subsample.model.levels import LevelHessian, LevelLayout
 from pymc_subsample.model.marginal_mode import HYPER_TOLERANCE, marginal_mode
 from tests.family_checks import check_posterior
@@ -30,7 +31,8 @@ def exact_marginal(tau: float) -> float:
 
 
 def conditional_mode(structured: bool):
-    """``θ ↦ (log π(θ*), θ*, P*)`` in closed form, ``P*`` dense or a :class:`LevelHessian`."""
+    """``θ ↦ (log π(θ*), θ*, frame of P*)`` in closed form, ``P*`` dense or a
+    :class:`LevelHessian`."""
     def solve(theta):
         tau = theta[-1]
         prior_precision = np.exp(-2 * tau)
@@ -43,7 +45,7 @@ def conditional_mode(structured: bool):
                                 LevelLayout(0, G, G + 1))
         else:
             prec = np.diag(np.r_[diag, 1.0])
-        return value, np.r_[u, tau], prec
+        return value, np.r_[u, tau], laplace_frame(np.r_[u, tau], prec)
     return solve
 
 
@@ -80,7 +82,8 @@ def test_two_scales_are_found_together():
         u = N_ROWS * Y_BAR / (N_ROWS + prior_precision)
         value = (-0.5 * np.sum(N_ROWS * (Y_BAR - u) ** 2) - half * taus.sum()
                  - 0.5 * np.sum(prior_precision * u**2) - np.sum(taus**2) / 2)
-        return value, np.r_[u, taus], np.diag(np.r_[N_ROWS + prior_precision, 1.0, 1.0])
+        return value, np.r_[u, taus], laplace_frame(
+            np.r_[u, taus], np.diag(np.r_[N_ROWS + prior_precision, 1.0, 1.0]))
 
     found = marginal_mode(solve, hyper, np.zeros(G + 2))
     for j, rows in enumerate((slice(0, half), slice(half, G))):

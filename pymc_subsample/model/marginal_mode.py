@@ -64,7 +64,7 @@ class MarginalMode:
 
 
 def marginal_mode(
-    conditional_mode: Callable[[np.ndarray], tuple[float, np.ndarray, object]],
+    conditional_mode: Callable[[np.ndarray], tuple[float, np.ndarray, LaplaceFrame | None]],
     hyper: np.ndarray,
     start: np.ndarray,
 ) -> MarginalMode:
@@ -73,9 +73,10 @@ def marginal_mode(
     Parameters
     ----------
     conditional_mode : callable
-        ``θ ↦ (log π(θ*), θ*, P*)``: Newton on the other coordinates with ``θ[hyper]`` held,
-        from ``θ``; ``θ*`` is the conditional mode and ``P*`` the negative Hessian there with
-        the held rows and columns those of the identity (so ``log det P* = log det P_rr``).
+        ``θ ↦ (log π(θ*), θ*, F)``: Newton on the other coordinates with ``θ[hyper]`` held,
+        from ``θ``; ``θ*`` is the conditional mode and ``F`` the frame of the negative Hessian
+        there with the held rows and columns those of the identity (so ``F.log_det`` is
+        ``log det P_rr``); ``(−inf, θ, None)`` when Newton does not converge.
     hyper : ndarray of bool, shape (d,)
     start : ndarray, shape (d,)
         Where ``h`` starts (PyMC's initial point: a scale of order one) and ``r``'s first
@@ -92,13 +93,9 @@ def marginal_mode(
     def marginal(h: np.ndarray) -> float:
         theta = state["theta"].copy()
         theta[hyper] = h
-        value, theta, prec = conditional_mode(theta)
+        value, theta, frame = conditional_mode(theta)
         state["evaluations"] += 1
-        try:
-            frame = laplace_frame(theta, prec)
-        except NotPositiveDefiniteError:
-            return -np.inf
-        if not np.isfinite(value):
+        if frame is None or not np.isfinite(value):
             return -np.inf
         state["theta"] = theta  # warm start of the next evaluation
         return value - 0.5 * frame.log_det
@@ -130,9 +127,9 @@ def marginal_mode(
     if not np.all(np.isfinite(curvature) & (curvature > 0.0)):
         raise NotPositiveDefiniteError(
             f"the hyperparameters' Laplace marginal is not concave at its maximum {h_hat}")
-    _, theta, prec = conditional_mode(theta)
+    _, theta, held = conditional_mode(theta)
     state["evaluations"] += 1
-    frame = laplace_frame(theta, _with_hyper_curvature(prec, hyper, curvature))
+    frame = laplace_frame(theta, _with_hyper_curvature(held.precision, hyper, curvature))
     _log.info("reference point at the hyperparameters' marginal mode %s (%d evaluations)",
               h_hat, state["evaluations"])
     return MarginalMode(theta, frame, state["evaluations"])

@@ -449,12 +449,13 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
         th, prec, converged = newton(held_remembered, th, tolerance=tolerance, max_steps=30)
         at, value, g, _ = last["point"]
         if not (converged and np.array_equal(at, th)):
-            return -np.inf, th, prec
+            return -np.inf, th, None
         # the last Newton step, not taken (within the tolerance): its predicted gain, so that
         # the marginal's values carry no error of order tolerance² (its curvature is their
         # second difference)
-        step = laplace_frame(th, prec).newton_step(g)
-        return value + 0.5 * float(g @ step), th + step, prec
+        frame = laplace_frame(th, prec)  # positive definite: Newton converged undamped
+        step = frame.newton_step(g)
+        return value + 0.5 * float(g @ step), th + step, frame
 
     try:
         found = marginal_mode(conditional_mode, hyper, theta)
