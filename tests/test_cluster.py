@@ -14,6 +14,7 @@ import pytest
 
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model
+from pymc_subsample.errors import SubsamplingModelError
 
 distributed = pytest.importorskip("distributed")
 da = pytest.importorskip("dask.array")
@@ -82,3 +83,21 @@ def test_same_draws_with_a_cluster_active(step, client, data):
     assert np.unique(reference[0, :, 1]).size > 5  # the chain moved
     for kind in ("dask", "zarr"):
         np.testing.assert_array_equal(_draws(step, kind, data), reference, err_msg=kind)
+
+
+@pytest.mark.slow
+def test_nan_rows_read_on_the_workers_are_refused(client, monkeypatch):
+    """A NaN in a block only a worker reads: the worker's copy of the source checks the
+    block it is handed, and the error names the data (no pass of its own on the client)."""
+    from pymc_subsample.model.data import BLOCK_ROWS, DaskSource
+
+    X, y = glm_data(BLOCK_ROWS + 5000, D, "logistic", seed=2)
+    X[-100, 1] = np.nan
+
+    def no_pass_of_its_own(self):
+        raise AssertionError("all_finite read every row again")
+
+    monkeypatch.setattr(DaskSource, "all_finite", no_pass_of_its_own)
+    with glm_model(da.from_array(X, chunks=(CHUNK, D)), y, "logistic", tall=True), \
+            pytest.raises(SubsamplingModelError, match=r"data 'X'.*'y'.*NaN or infinite"):
+        pms.MHSS()

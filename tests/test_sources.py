@@ -184,18 +184,83 @@ def test_lazy_sources_fail_loudly_outside_the_steps(files):
     assert type(_containers(model)["X"].get_value()).__module__.startswith("dask")
 
 
-@pytest.mark.parametrize("kind", ["npy", "dask"])
-def test_nan_rows_are_refused_naming_the_data(kind, tmp_path):
-    X, y = glm_data(3000, 3, seed=1)
-    X[1234, 2] = np.nan
-    np.save(tmp_path / "X.npy", X)
+def _with_nan(kind: str, X: np.ndarray, folder) -> object:
+    """``X`` as a source of ``kind``."""
     if kind == "dask":
-        X = pytest.importorskip("dask.array").from_array(X, chunks=(1000, 3))
-    else:
-        X = tmp_path / "X.npy"
-    model = glm_model(X, y, "logistic", tall=True)
-    with model, pytest.raises(SubsamplingModelError, match=r"'X'.*NaN"):
-        pms.MHSS()
+        return pytest.importorskip("dask.array").from_array(X, chunks=(1000, X.shape[1]))
+    if kind == "zarr":
+        zarr = pytest.importorskip("zarr")
+        store = zarr.open_array(folder / "X.zarr", mode="w", shape=X.shape, dtype=X.dtype,
+                                chunks=(1000, X.shape[1]))
+        store[:] = X
+        return store
+    np.save(folder / "X.npy", X)
+    return folder / "X.npy"
+
+
+@pytest.mark.parametrize("row", [-1234, -1])  # in the second block, its last row
+@pytest.mark.parametrize(("kind", "step"), [
+    ("npy", "MHSS"), ("zarr", "MHSS"), ("dask", "MHSS"), ("npy", "AusterityMH"),
+    ("zarr", "BarkerMinibatch"),
+])
+def test_nan_rows_are_refused_naming_the_data(kind, step, row, tmp_path, monkeypatch):
+    """Checked as the build reads the rows: no pass of its own (all_finite is not called),
+    whichever read first meets the NaN (the row checks read the first block; the others
+    are met by the subsample fit or a full pass, on its threads)."""
+    from pymc_subsample.model.data import BLOCK_ROWS
+
+    X, y = glm_data(BLOCK_ROWS + 3000, 3, seed=1)
+    X[row, 2] = np.inf if row == -1 else np.nan
+    model = glm_model(_with_nan(kind, X, tmp_path), y, "logistic", tall=True)
+    source = row_source_of(_containers(model)["X"])
+
+    def no_pass_of_its_own(self):
+        raise AssertionError("all_finite read every row again")
+
+    monkeypatch.setattr(type(source), "all_finite", no_pass_of_its_own)
+    with model, pytest.raises(SubsamplingModelError, match=r"data 'X'.*'y'.*NaN or infinite"):
+        getattr(pms, step)()
+
+
+def test_nan_rows_are_refused_without_a_full_data_pass(tmp_path):
+    """A random-walk step with a covariance and no control variates reads no block in order:
+    the end of the build checks every row."""
+    X, y = glm_data(3000, 3, seed=1)
+    X[2500, 0] = np.nan
+    with glm_model(_with_nan("zarr", X, tmp_path), y, "logistic", tall=True), \
+            pytest.raises(SubsamplingModelError, match=r"'X'.*NaN"):
+        pms.AusterityMH(proposal_cov=np.eye(4) * 0.01, batch_size=100)
+
+
+def test_finite_check_follows_the_blocks_read():
+    """Each read is checked until every block has been read once in order; reads that
+    cover no whole block (random rows, a partial block) check but do not count."""
+    from pymc_subsample.model.data import BLOCK_ROWS
+
+    n = 2 * BLOCK_ROWS + 100
+    X = np.zeros((n, 2))
+    X[BLOCK_ROWS + 7, 1] = np.nan
+    source = ArraySource(X)
+    source.check_finite_on_read("X holds a NaN")
+    rows = np.arange(BLOCK_ROWS)
+    source.take(rows)  # the first block, whole
+    source.take(np.array([3, BLOCK_ROWS + 6]))  # random rows: checked
+    with pytest.raises(SubsamplingModelError, match="X holds a NaN"):
+        source.take(np.array([5, BLOCK_ROWS + 7]))
+    with pytest.raises(SubsamplingModelError, match="X holds a NaN"):
+        source.take(rows + BLOCK_ROWS)  # the second block
+    X[BLOCK_ROWS + 7, 1] = 0.0
+    source.take(rows[:100] + BLOCK_ROWS)  # part of a block: checked, not counted
+    assert source._unchecked_blocks.tolist() == [False, True, True]
+    source.take(np.arange(2 * BLOCK_ROWS, n))  # the last, partial, block
+    assert source._unchecked_blocks.tolist() == [False, True, False]
+    X[-1, 0] = np.inf  # a block already checked is not checked again
+    source.take(np.arange(2 * BLOCK_ROWS, n))
+    X[-1, 0] = 0.0
+    source.finish_finite_check()  # reads the second block
+    assert source._unchecked_blocks is None
+    X[0, 0] = np.nan  # after the build: no check on reads (iterations)
+    assert np.isnan(source.take(np.array([0, 1]))[0, 0])
 
 
 def test_large_reads_from_zarr_are_read_once(files, monkeypatch):

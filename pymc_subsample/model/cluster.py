@@ -168,8 +168,8 @@ class GatheringFunction:
             if not (len(idx) == stop - start and idx[0] == start and idx[-1] == stop - 1):
                 given = None
         rows = (
-            _aligned(given[name] if given is not None and name in given else source.take(idx),
-                     dtype)
+            _aligned(source.checked(given[name], *given["range"])
+                     if given is not None and name in given else source.take(idx), dtype)
             for name, source, dtype in zip(self.names, self.sources, self.dtypes, strict=True)
         )
         return self.fn(*args, *rows)
@@ -364,4 +364,15 @@ def map_row_blocks(
     lik.cluster_blocks += len(tasks)
     # the results (sums, row constants) arrive as views into the workers' messages
     results = (_aligned(r) for r in client.gather(client.compute(tasks)))
-    return zip(lik.row_chunks(chunk), results, strict=True)
+    return _checked_on_workers(zip(lik.row_chunks(chunk), results, strict=True),
+                               [source for _, source in dask_rows])
+
+
+def _checked_on_workers(blocks, sources: Sequence[RowSource]):
+    """``blocks`` as they are, their rows marked as checked for NaN and infinities in each of
+    ``sources``: the workers' copies of the sources checked the blocks they were handed
+    (:meth:`~pymc_subsample.model.data.RowSource.checked`)."""
+    for idx, result in blocks:
+        for source in sources:
+            source.mark_checked(int(idx[0]), int(idx[-1]) + 1)
+        yield idx, result

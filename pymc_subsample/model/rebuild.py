@@ -425,18 +425,18 @@ def _row_replacements(
                 f"shape {source.shape}: its rows must run along the first axis. Write the "
                 "data with one row per data point (transpose before writing)."
             )
-        arr = leaf_value(var)
-        finite = (
-            source.all_finite() if source is not None
-            else arr.dtype.kind not in "fc" or np.all(np.isfinite(arr))
+        where = "observed values" if var is value else "data"
+        not_finite = (
+            f"The {where} '{data_name(var)}' used by observed variable '{name}' contain NaN "
+            "or infinite entries. Drop or impute those rows before building the model."
         )
-        if not finite:
-            where = "observed values" if var is value else "data"
-            raise SubsamplingModelError(
-                f"The {where} '{data_name(var)}' used by observed variable '{name}' "
-                "contain NaN or infinite entries. Drop or impute those rows before building "
-                "the model."
-            )
+        if source is not None:
+            # checked as the build reads its rows: no pass over the data of its own
+            source.check_finite_on_read(not_finite)
+            continue
+        arr = leaf_value(var)
+        if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+            raise SubsamplingModelError(not_finite)
     repl = {var: _rows_on_index(lik, var, axis) for var, axis in axes.items()}
     lik._row_axes.update({var: axis for var, axis in axes.items() if axis != 0})
     repl.update(_fold_data_expressions(lik, name, [*graphs, value], set(data), repl, skip))
@@ -501,6 +501,8 @@ def _fold_data_expressions(
     probes = probe_rows(lik)
     try:
         runs = [fn(rows) for rows in probes]
+    except SubsamplingModelError:  # the rows read hold a NaN (RowSource.checked)
+        raise
     except Exception as err:  # reported with the variable's name
         raise SubsamplingModelError(
             f"Evaluating the data expressions of observed variable '{name}' on a subset of "

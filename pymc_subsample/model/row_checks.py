@@ -252,6 +252,8 @@ def check_rows_independent(lik) -> None:
     def evaluate(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list[np.ndarray]:
         try:
             return run(theta, rows, with_ref)
+        except SubsamplingModelError:  # the rows read hold a NaN (RowSource.checked)
+            raise
         except Exception as err:  # reported with the variable's name
             _raise_failed(lik, ours, theta, rows, err)
 

@@ -308,6 +308,8 @@ def _build(vars, model, cv_order, temperature, proposal, map_point, proposal_cov
     if init == "laplace":
         pymc_start = default_start(model, user_vars,
                                    lik.initial_point if centring is None else None)
+    for _, source in lik.gathered.values():
+        source.finish_finite_check()  # the blocks no pass read (all of them if none ran)
     profile["setup_s"] = time.perf_counter() - t_start
     profile["full_data_passes"] = reference.full_data_passes if reference else 0
     _log.debug("setup: %s", profile)
