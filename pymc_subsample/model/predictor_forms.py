@@ -97,7 +97,8 @@ def log_forms(x: Variable) -> Variable | None:
 
 @node_rewriter([Elemwise])
 def exp_forms(fgraph, node):
-    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)``,
+    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``Q(1, x) → e^{−x}``,
+    ``P(1, x) → 1 − e^{−x}``, ``log(1 − σ(z)) → −softplus(z)``,
     ``log σ(z) → −softplus(−z)`` and ``log1mexp(log1mexp(x)) → x``: each predictor expression
     once, so that the derivatives are not quotients of repeated terms whose enclosures
     overestimate (a Weibull's or Exponential's ``y/λ`` with ``λ = e^η``, a Bernoulli's
