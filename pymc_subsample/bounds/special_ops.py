@@ -31,6 +31,7 @@ enclosure holds for the exact real values. :data:`SPECIAL_RULES` are registered 
 from __future__ import annotations
 
 import numpy as np
+from pytensor import config
 from pytensor.scalar import basic as ps
 from pytensor.tensor.elemwise import Elemwise
 
@@ -141,7 +142,7 @@ class LogSumExp(ps.ScalarOp):
 
     def grad(self, inputs, output_gradients):
         (gz,) = output_gradients
-        return [gz * _weight(j, inputs) for j in range(self.n)]
+        return _masked(inputs, [gz * _weight(j, inputs) for j in range(self.n)])
 
 
 class SoftmaxWeight(ps.ScalarOp):
@@ -182,7 +183,13 @@ class SoftmaxWeight(ps.ScalarOp):
         p = self(*inputs)
         out = [gz * p * (1.0 - p)]
         out += [-(gz * p * _weight(k, inputs)) for k in range(1, self.n)]
-        return out
+        return _masked(inputs, out)
+
+
+def _masked(inputs, grads):
+    """``grads`` with a zero for each integer input (a constant class column of zeros)."""
+    return [x.zeros_like(dtype=config.floatX) if x.type in ps.discrete_types else g
+            for x, g in zip(inputs, grads, strict=True)]
 
 
 def _weight(j: int, xs):
