@@ -95,6 +95,10 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
             psi = pm.Beta("psi", 2.0, 2.0)
             pm.ZeroInflatedPoisson("y", psi=psi, mu=pm.math.exp(lin), observed=np.where(
                 rng.random(n) < 0.3, 0, rng.poisson(np.exp(eta))))
+        elif name == "hurdle_poisson":
+            psi = pm.Beta("psi", 2.0, 2.0)
+            pm.HurdlePoisson("y", psi=psi, mu=pm.math.exp(lin), observed=np.where(
+                rng.random(n) < 0.3, 0, rng.poisson(np.exp(eta))))
         elif name == "hurdle_lognormal":
             psi = pm.Beta("psi", 2.0, 2.0)
             s = pm.HalfNormal("s", 2.0)
@@ -175,7 +179,7 @@ def main() -> None:
     parser.add_argument("--nuts-draws", type=int, default=500)
     args = parser.parse_args()
     new = ["binomial", "lognormal", "exponential", "weibull", "beta", "beta_binomial",
-           "censored_weibull", "zero_inflated_poisson", "hurdle_lognormal",
+           "censored_weibull", "zero_inflated_poisson", "hurdle_poisson", "hurdle_lognormal",
            "ordered_logistic", "multinomial_logit", "tobit", "censored_normal_both",
            "truncated_normal"]
     both = ["logistic", "poisson_log", "normal_sigma"]

@@ -256,11 +256,12 @@ def categorical_softmax(n: int, seed: int = 0) -> pm.Model:
 
 
 def categorical_reference_zeros(n: int, seed: int = 0) -> pm.Model:
-    """Multinomial logit, the reference class an N-sized constant ``pt.zeros((N, 1))``."""
+    """Multinomial logit, the reference class an N-sized constant ``pt.zeros((N, 1))``; its
+    coefficients ``b``, ``(D + 1) × (K − 1)``."""
     X, y = _classes(n, seed)
     with pm.Model() as model:
-        B = pm.Normal("B", 0.0, 1.0, shape=(D + 1, K - 1))
-        pm.Categorical("y", logit_p=pt.concatenate([pt.zeros((n, 1)), X @ B], axis=1),
+        b = pm.Normal("b", 0.0, 1.0, shape=(D + 1, K - 1))
+        pm.Categorical("y", logit_p=pt.concatenate([pt.zeros((n, 1)), X @ b], axis=1),
                        observed=y)
     return model
 
@@ -388,6 +389,7 @@ AUTOMATIC: tuple[str, ...] = (
     "binomial_trials_array", "beta_binomial_trials", "lognormal", "beta", "exponential",
     "weibull", "censored_weibull_right", "censored_exponential_right", "zero_inflated_poisson",
     "hurdle_lognormal", "normal_mixture", "ordered_logistic", "censored_normal_both",
+    "categorical_reference_zeros", "hurdle_poisson",
 )
 #: coefficients ``b`` of the models where they are not ``D + 1``
 COEFFICIENTS: dict[str, int] = {"normal_mixture": 2, "ordered_logistic": D}

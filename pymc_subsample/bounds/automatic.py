@@ -79,6 +79,9 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
                          "at most 3)"),
     ("censored_normal", "Censored(Normal.dist(mu=η, sigma=s), lower=c and/or upper=c), s "
                         "sampled (Tobit)"),
+    ("multinomial_logit", "Categorical with logit_p=concatenate([zeros((N, 1)), X @ B], "
+                          "axis=1), a reference class and at most 4 others"),
+    ("hurdle_poisson", "HurdlePoisson with mu=exp(η) and a sampled psi"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor

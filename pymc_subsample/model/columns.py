@@ -12,9 +12,11 @@ column vectors and the reductions over them into elementwise ops:
   concatenates columns; ``X @ B`` has the columns ``X @ B[:, k]``; a vector of ``K``
   parameters broadcast along the class axis (weights, cutpoints) has one scalar per column,
   read through ``MakeVector``, ``cumsum``, set-subtensors and elementwise ops;
-- a sum over the class axis is the sum of the columns; ``log Σ_k exp(a_k)`` (a mixture),
-  ``softmax`` and ``log_softmax`` are written with ``L = log Σ_j exp(c_j)`` pivoted on one
-  column (:func:`_log_sum_exp`: smooth, no ``max``);
+- a sum over the class axis is the sum of the columns; ``log Σ_k exp(a_k)`` (a mixture) is
+  written with ``L = log Σ_j exp(c_j)`` pivoted on one column (:func:`_log_sum_exp`: smooth,
+  no ``max``), ``softmax`` and ``log_softmax`` with ``L`` as one op
+  (:class:`~pymc_subsample.bounds.special_ops.LogSumExp`, whose derivatives are enclosed
+  tightly);
 - the row's own class ``a[i, y_i]`` (``take_along_axis`` by the data) is a ``switch`` on
   ``y_i = k``, decided exactly on every row since ``y`` is data;
 - the shapes of the arrays are their static class counts and the number of rows.
@@ -42,6 +44,8 @@ from pytensor.tensor.subtensor import (
     Subtensor,
     indices_from_subtensor,
 )
+
+from pymc_subsample.bounds.special_ops import log_sum_exp
 
 __all__ = ["NotExpandable", "expand_class_axis"]
 
@@ -231,7 +235,11 @@ class _Expander:
             return [pt.dot(self.vec_matrix(x), b[:, j]) for j in range(k_out)]
         if isinstance(op, Softmax | LogSoftmax) and op.axis in (1, -1):
             cols = self.cols(node.inputs[0])
-            log_total = _log_sum_exp(cols)
+            # one op for log Σ_k e^{c_k}: its derivatives are the softmax weights, each enclosed
+            # on its exact range (bounds/special_ops.py), where the weights written as
+            # quotients of the same exponentials are enclosed loosely. The logits are finite
+            # (no −∞ column to guard, unlike a mixture's)
+            log_total = log_sum_exp(*cols)
             if isinstance(op, LogSoftmax):
                 return [c - log_total for c in cols]
             return [pt.exp(c - log_total) for c in cols]

@@ -97,7 +97,8 @@ def log_forms(x: Variable) -> Variable | None:
 
 @node_rewriter([Elemwise])
 def exp_forms(fgraph, node):
-    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``log(1 − σ(z)) → −softplus(z)``,
+    """``(e^a)^k → e^{k a}``, ``b / e^a → b e^{−a}``, ``Q(1, x) → e^{−x}``,
+    ``P(1, x) → 1 − e^{−x}``, ``log(1 − σ(z)) → −softplus(z)``,
     ``log σ(z) → −softplus(−z)`` and ``log1mexp(log1mexp(x)) → x``: each predictor expression
     once, so that the derivatives are not quotients of repeated terms whose enclosures
     overestimate (a Weibull's or Exponential's ``y/λ`` with ``λ = e^η``, a Bernoulli's
@@ -120,6 +121,12 @@ def exp_forms(fgraph, node):
         out = -pt.softplus(-node.inputs[0].owner.inputs[0])
     elif isinstance(scalar, ps.Log) and (rewritten := log_forms(node.inputs[0])) is not None:
         out = rewritten
+    elif isinstance(scalar, psm.GammaIncC | psm.GammaInc) and constant_value(node.inputs[0]) == 1.0:
+        # Q(1, x) = e^{−x} and P(1, x) = 1 − e^{−x} (a Gamma(1) variable is exponential): a
+        # hurdle or truncated Poisson's P(Y = 0) = Q(1, μ), whose log is then −μ, one
+        # occurrence of μ instead of a derivative graph through the incomplete gamma function
+        x = node.inputs[1]
+        out = pt.exp(-x) if isinstance(scalar, psm.GammaIncC) else -pt.expm1(-x)
     elif isinstance(scalar, ps.Pow):
         base, k = node.inputs
         if isinstance(scalar_op(base), ps.Exp):

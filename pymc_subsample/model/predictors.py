@@ -502,5 +502,4 @@ def check_finite_suprema(term, suprema: dict, y: np.ndarray) -> None:
             f"{HUGE_SUPREMUM:.0e} on the region around the reference point, on "
             f"{int(huge.any(axis=0).sum())} row(s) of a block: the rows' predictor boxes "
             "are too wide for a useful bound (usually a posterior wide in some direction the "
-            "likelihood does not identify, such as a softmax of logits without a reference "
-            "class: fix one class's logits at 0)")
+            "likelihood does not identify: give it a reference level or a tighter prior)")
