@@ -33,6 +33,7 @@ from pymc_subsample.model.glm import (
 from pymc_subsample.model.levels import quadratic_form
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GenericPass
+from pymc_subsample.model.row_table import TabulatedRemainder, tabulable
 
 __all__ = [
     "TaylorControlVariate",
@@ -81,6 +82,13 @@ class TaylorControlVariate:
         Taylor terms in ``θ``, with its linear part in place of ``η − η̂`` where ``θ``'s
         expansion needs it; with several predictors per row
         (:func:`pymc_subsample.model.glm.detect_location_scale_terms`) the same in the predictors.
+    tabulate : bool, optional
+        Evaluate ``ξ_i`` in NumPy from a table of per-row constants
+        (:class:`~pymc_subsample.model.row_table.TabulatedRemainder`: nothing compiled to C)
+        instead of a compiled graph. By default where
+        :func:`~pymc_subsample.model.row_table.tabulable` allows it (small data, closed-form
+        families) and the likelihood's ``compile_kwargs`` choose no mode; ``True`` where it
+        does not allow it raises ``ValueError``.
 
     Attributes
     ----------
@@ -99,6 +107,7 @@ class TaylorControlVariate:
         order: int,
         sums: tuple[float, np.ndarray, np.ndarray] | None = None,
         glm_terms: list | None = None,
+        tabulate: bool | None = None,
     ):
         self.order = validate_cv_order(order)
         self.likelihood = likelihood
@@ -110,6 +119,15 @@ class TaylorControlVariate:
         if sums is None:
             sums = loglik_sums(likelihood, self.theta_hat)
         self.loglik_hat, self.grad_sum, self.hess_sum = sums
+        can_tabulate = tabulable(likelihood, glm_terms)
+        if tabulate and not can_tabulate:
+            raise ValueError("the remainders of this model cannot be tabulated (see "
+                             "pymc_subsample.model.row_table.tabulable)")
+        # by default not when the user chose a compile mode for the compiled functions
+        if tabulate or (tabulate is None and can_tabulate
+                        and "mode" not in likelihood.compile_kwargs):
+            self._xi_fn = TabulatedRemainder(likelihood, glm_terms, self.theta_hat, self.order)
+            return
         if not glm_terms:
             graph = self._remainder_graph()
         elif not isinstance(glm_terms[0], GLMTerm):  # predictors: location–scale or automatic

@@ -188,9 +188,10 @@ class SubsampledLikelihood:
         self.temperature = float(temperature)
         self.compile_kwargs = dict(compile_kwargs or {})
         self.value_vars = check_vars(model, vars)
-        # float32 models: callers (PyMC steps) hand over float32 θ, which the compiled
-        # functions must convert rather than trust
-        self._trust_input = all(v.dtype == "float64" for v in self.value_vars)
+        #: whether the model computes in float64 (a float32 model's callers, PyMC steps, hand
+        #: over float32 θ, which the compiled functions must convert rather than trust)
+        self.float64 = all(v.dtype == "float64" for v in self.value_vars)
+        self._trust_input = self.float64
         check_free_variables(model)
         self.initial_point = model.initial_point()
         # the arrays the setup saw: pm.set_data replaces them (see check_data_unchanged)
