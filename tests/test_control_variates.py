@@ -193,3 +193,18 @@ def test_tabulated_remainder_is_refused_where_it_does_not_apply(monkeypatch):
         TaylorControlVariate(lik, np.zeros(3), 2, sums=sums, glm_terms=terms, tabulate=True)
     probit = SubsampledLikelihood(glm_model(*glm_data(400, 3, "probit", seed=3), "probit"))
     assert not row_table.tabulable(probit, detect_glm_terms(probit))
+
+
+def test_tabulated_remainder_gives_way_to_the_compiled_one(monkeypatch):
+    """After COMPILE_AFTER_CALLS calls the compiled graph takes over, with the same values."""
+    from pymc_subsample.model import control_variates
+
+    monkeypatch.setattr(control_variates, "COMPILE_AFTER_CALLS", 2)
+    X, y = glm_data(400, 3, "logistic", seed=3)
+    lik = SubsampledLikelihood(glm_model(X, y, "logistic"))
+    sums = (0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim)))
+    cv = TaylorControlVariate(lik, np.zeros(3), 2, sums=sums, glm_terms=detect_glm_terms(lik))
+    rows, t0, t1 = np.arange(0, 400, 3, dtype=np.int64), np.full(3, 0.2), np.full(3, -0.1)
+    values = [cv.remainder(t0, t1, rows) for _ in range(4)]
+    assert type(cv._xi_fn).__name__ == "Function"
+    np.testing.assert_allclose(values[-1], values[0], rtol=1e-9, atol=1e-14)
