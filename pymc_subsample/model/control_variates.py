@@ -44,10 +44,11 @@ __all__ = [
 
 
 #: Calls of :meth:`TaylorControlVariate.remainder` served by tabulated remainders before the
-#: compiled graph takes over. A call of the tabulated ones costs about 20 µs more than the
-#: compiled graph's (34 against 15 µs on a few rows of the logistic demo model); the compile
-#: costs 0.3–0.6 s with a warm PyTensor cache, 1–3 s with an empty one: 20,000 calls spend
-#: about the warm compile's time, and the demo's 6,000 iterations never reach them.
+#: compiled graph takes over. A call of the tabulated ones costs 7–20 µs more than the compiled
+#: graph's on a few rows of the logistic demo model (17 against 10 µs at load 2, 34 against
+#: 15 µs at load 13); the compile costs 0.3–0.6 s with a warm PyTensor cache, 1–3 s with an
+#: empty one: 20,000 calls spend about the warm compile's time, and the demo's 6,000
+#: iterations never reach them.
 COMPILE_AFTER_CALLS = 20_000
 
 
