@@ -128,7 +128,7 @@ def test_compiled_remainder_does_not_depend_on_the_reference_point(family):
     d = lik.dim
     printed = []
     for theta_hat in (np.full(d, 0.1), np.linspace(-0.3, 0.4, d)):
-        cv = TaylorControlVariate(lik, theta_hat, 2, glm_terms=terms)
+        cv = TaylorControlVariate(lik, theta_hat, 2, glm_terms=terms, tabulate=False)
         # the compiled graph as printed, without PyTensor's running names of temporaries
         printed.append(re.sub(r"'t\d+'", "", pytensor.printing.debugprint(cv._xi_fn,
                                                                             file="str")))
@@ -136,3 +136,75 @@ def test_compiled_remainder_does_not_depend_on_the_reference_point(family):
         idx = np.arange(300, dtype=np.int64)
         np.testing.assert_allclose(cv.remainder(theta_hat, theta_hat, idx), 0.0, atol=1e-12)
     assert printed[0] == printed[1]
+
+
+def _terms_of(lik):
+    from pymc_subsample.model.setup import glm_data_pass
+
+    return glm_data_pass(lik, 2).terms
+
+
+@pytest.mark.parametrize(("family", "order"), [
+    *((f, 2) for f in ("logistic", "poisson", "poisson_log", "cloglog", "gaussian",
+                       "gaussian_scale", "gamma_log", "gamma_log_scale", "negative_binomial",
+                       "negative_binomial_scale", "student_t", "student_t_scale",
+                       "student_t_nu")),
+    ("logistic", 1), ("gaussian_scale", 1)])
+def test_tabulated_remainder_equals_the_compiled_one(family, order):
+    """The NumPy remainders from the table of per-row constants (no C compiled) are the
+    graph's to rounding, at random points near and far from θ̂, on random rows (repeated ones
+    included) and on one row. The graph runs in PyTensor's Python mode (the same graph as the
+    C code, without compiling it for every family)."""
+    X, y = glm_data(400, 3, family, seed=3)
+    lik = SubsampledLikelihood(glm_model(X, y, family),
+                               compile_kwargs={"mode": "FAST_COMPILE"})
+    terms = _terms_of(lik)
+    rng = np.random.default_rng(order)
+    theta_hat = 0.1 * rng.normal(size=lik.dim)
+    sums = (0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim)))
+    table = TaylorControlVariate(lik, theta_hat, order, sums=sums, glm_terms=terms,
+                                 tabulate=True)
+    compiled = TaylorControlVariate(lik, theta_hat, order, sums=sums, glm_terms=terms,
+                                    tabulate=False)
+    assert type(table._xi_fn).__name__ == "TabulatedRemainder"
+    for scale in (0.01, 0.3):
+        for rows in (rng.integers(0, 400, 200), np.array([7])):
+            rows = rows.astype(np.int64)
+            t0 = theta_hat + scale * rng.normal(size=lik.dim)
+            t1 = t0 + scale * rng.normal(size=lik.dim)
+            want = compiled.remainder(t0, t1, rows)
+            np.testing.assert_allclose(table.remainder(t0, t1, rows), want, rtol=1e-9,
+                                       atol=1e-12 * (1.0 + np.abs(want).max()))
+
+
+def test_tabulated_remainder_is_refused_where_it_does_not_apply(monkeypatch):
+    """Beyond the table's size, or for probit (SciPy's log Φ is not the model's to rounding),
+    the compiled graph is used, and asking for the table says so."""
+    from pymc_subsample.model import row_table
+
+    X, y = glm_data(400, 3, "logistic", seed=3)
+    lik = SubsampledLikelihood(glm_model(X, y, "logistic"))
+    terms = detect_glm_terms(lik)
+    monkeypatch.setattr(row_table, "TABLE_NUMBERS", 400 * 5)  # one column short
+    sums = (0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim)))
+    cv = TaylorControlVariate(lik, np.zeros(3), 2, sums=sums, glm_terms=terms)
+    assert type(cv._xi_fn).__name__ != "TabulatedRemainder"
+    with pytest.raises(ValueError, match="cannot be tabulated"):
+        TaylorControlVariate(lik, np.zeros(3), 2, sums=sums, glm_terms=terms, tabulate=True)
+    probit = SubsampledLikelihood(glm_model(*glm_data(400, 3, "probit", seed=3), "probit"))
+    assert not row_table.tabulable(probit, detect_glm_terms(probit))
+
+
+def test_tabulated_remainder_gives_way_to_the_compiled_one(monkeypatch):
+    """After COMPILE_AFTER_CALLS calls the compiled graph takes over, with the same values."""
+    from pymc_subsample.model import control_variates
+
+    monkeypatch.setattr(control_variates, "COMPILE_AFTER_CALLS", 2)
+    X, y = glm_data(400, 3, "logistic", seed=3)
+    lik = SubsampledLikelihood(glm_model(X, y, "logistic"))
+    sums = (0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim)))
+    cv = TaylorControlVariate(lik, np.zeros(3), 2, sums=sums, glm_terms=detect_glm_terms(lik))
+    rows, t0, t1 = np.arange(0, 400, 3, dtype=np.int64), np.full(3, 0.2), np.full(3, -0.1)
+    values = [cv.remainder(t0, t1, rows) for _ in range(4)]
+    assert type(cv._xi_fn).__name__ == "Function"
+    np.testing.assert_allclose(values[-1], values[0], rtol=1e-9, atol=1e-14)

@@ -82,3 +82,33 @@ def test_fill_is_rewritten_for_any_broadcast():
     fn = pytensor.function([x], second(x, y), mode=_NUMPY_MODE)
     assert not any(isinstance(n.op, Elemwise) for n in fn.maker.fgraph.apply_nodes)
     np.testing.assert_array_equal(fn(np.ones((3, 1))), np.tile([0.0, 0.0, 0.0, 1.0], (3, 1)))
+
+
+def test_prior_runs_as_ufunc_calls_and_matches_the_compiled_one():
+    """The per-iteration log p0 runs as direct ufunc calls (no C code), equal to the compiled
+    function at random points (log transforms, a Gamma's shape, an int8 constant), pickles,
+    and falls back to C for an op without a ufunc."""
+    import pickle
+
+    import pytensor.tensor as pt
+
+    from pymc_subsample.model.ufunc_linker import UfuncLinker
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((200, 3))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0, 2, shape=3)
+        s = pm.HalfNormal("s", 1.0)
+        nu = pm.Gamma("nu", 2.0, 0.1)
+        pm.Potential("shrink", -pt.sum(b**2) * pt.constant(np.int8(3)) / nu)
+        pm.StudentT("y", nu=nu, mu=pm.Data("X", x) @ b, sigma=s, observed=x[:, 0])
+    lik = SubsampledLikelihood(model)
+    assert isinstance(lik._logp0_fn.maker.linker, UfuncLinker)
+    compiled = lik.compile([lik.theta], lik.logp0_graph)
+    for theta in rng.normal(size=(5, lik.dim)):
+        assert lik.logp0(theta) == pytest.approx(float(compiled(theta)), rel=1e-12)
+    theta = rng.normal(size=lik.dim)
+    assert float(pickle.loads(pickle.dumps(lik._logp0_fn))(theta)) == lik.logp0(theta)
+    # log1mexp has no NumPy ufunc: compiled to C, not evaluated element by element
+    fallback = lik.compile([lik.theta], pt.sum(pt.log1mexp(-pt.exp(lik.theta))), ufuncs=True)
+    assert not isinstance(fallback.maker.linker, UfuncLinker)

@@ -73,6 +73,10 @@ class Family:
     rv_op: ClassVar[type]
     params: ClassVar[tuple[str, ...]] = ()
     region_only: ClassVar[bool] = False
+    #: Whether :meth:`loglik` is the model's row log-likelihood to rounding, so that the
+    #: control variates may evaluate their remainders with it
+    #: (:mod:`pymc_subsample.model.row_table`).
+    loglik_is_model: ClassVar[bool] = True
     #: What to say when the predictor read is not affine, for a family whose :meth:`read`
     #: accepts any graph (a log link reads ``log(mean)``); ``None``: "not affine".
     link_hint: ClassVar[str | None] = None
@@ -249,6 +253,17 @@ class LocationScaleFamily:
         family's ``f`` with its fixed parameter made ``exp(log_scale)``); ``params`` are the
         fixed parameters followed by the further predictors (:attr:`log_params`)."""
         raise NotImplementedError
+
+    def loglik(self, first: np.ndarray, log_scale: np.ndarray, y: np.ndarray,
+               *params: np.ndarray) -> np.ndarray:
+        """:meth:`logp` in NumPy (the control variates' remainders on small data,
+        :mod:`pymc_subsample.model.row_table`)."""
+        raise NotImplementedError
+
+    def row_loglik(self, predictors: tuple[np.ndarray, ...], y: np.ndarray,
+                   params: tuple[np.ndarray, ...]) -> np.ndarray:
+        """:meth:`loglik` with every predictor in one tuple, as :meth:`row_logp`."""
+        return self.loglik(predictors[0], predictors[1], y, *params, *predictors[2:])
 
     def row_logp(self, predictors: tuple[Variable, ...], y: Variable,
                  params: tuple[Variable, ...]) -> Variable:

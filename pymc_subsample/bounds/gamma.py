@@ -193,5 +193,8 @@ class GammaScale(LocationScaleFamily):
     def logp(self, first, log_scale, y):
         return GammaLog().terms(first, y, pt.exp(log_scale))[0]
 
+    def loglik(self, first, log_scale, y):
+        return GammaLog().loglik(first, y, np.exp(log_scale))
+
     def suprema(self, order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius):
         return _region_suprema(order, s_eta, s_log_alpha, y, eta_hat, log_alpha_hat, radius)

@@ -188,5 +188,8 @@ class NegativeBinomialScale(LocationScaleFamily):
     def logp(self, first, log_scale, y):
         return NegativeBinomialLog().terms(first + log_scale, y, pt.exp(log_scale))[0]
 
+    def loglik(self, first, log_scale, y):
+        return NegativeBinomialLog().loglik(first + log_scale, y, np.exp(log_scale))
+
     def suprema(self, order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius):
         return _region_suprema(order, s_t, s_log_alpha, y, t_hat, log_alpha_hat, radius)

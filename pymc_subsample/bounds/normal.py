@@ -128,6 +128,9 @@ class NormalScale(LocationScaleFamily):
     def logp(self, first, log_scale, y):
         return NormalIdentity().terms(first, y, pt.exp(log_scale))[0]
 
+    def loglik(self, first, log_scale, y):
+        return NormalIdentity().loglik(first, y, np.exp(log_scale))
+
     def suprema(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius):
         return normal_scale_suprema(order, s_mu, s_log_sigma, np.abs(y - mu_hat),
                                     log_sigma_hat, radius)

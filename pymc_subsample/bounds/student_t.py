@@ -190,6 +190,9 @@ class StudentTScale(LocationScaleFamily):
     def logp(self, first, log_scale, y, nu):
         return StudentT().terms(first, y, nu, pt.exp(log_scale))[0]
 
+    def loglik(self, first, log_scale, y, nu):
+        return StudentT().loglik(first, y, nu, np.exp(log_scale))
+
     def suprema(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, nu):
         return student_t_scale_suprema(order, s_log_sigma, log_sigma_hat, radius, nu)
 
@@ -267,6 +270,9 @@ class StudentTNu(StudentTScale):
     def logp(self, first, log_scale, y, log_nu):
         # log_scale = log(σ√ν): σ = exp(log_scale − log_nu / 2)
         return StudentT().terms(first, y, pt.exp(log_nu), pt.exp(log_scale - 0.5 * log_nu))[0]
+
+    def loglik(self, first, log_scale, y, log_nu):
+        return StudentT().loglik(first, y, np.exp(log_nu), np.exp(log_scale - 0.5 * log_nu))
 
     def suprema(self, order, s_mu, s_log_sigma, y, mu_hat, log_sigma_hat, radius, *, extra):
         ((s_log_nu, log_nu_hat),) = extra

@@ -28,7 +28,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 from pymc.pytensorf import compile as pm_compile
-from pytensor.compile.mode import get_mode, optdb
+from pytensor.compile.mode import Mode, get_mode, optdb
 from pytensor.compile.sharedvalue import SharedVariable
 from pytensor.gradient import grad
 from pytensor.graph.basic import Variable
@@ -53,6 +53,7 @@ from pymc_subsample.model.row_checks import (
     find_data_axis,
 )
 from pymc_subsample.model.row_logp import row_logp
+from pymc_subsample.model.ufunc_linker import UFUNC_LINKER
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]
 
@@ -101,6 +102,13 @@ optdb.register("pymc_subsample_ufuncs",
 # a mode by name, not by rewriter objects: functions compiled in it pickle (spawned workers,
 # Dask clusters)
 _NUMPY_MODE = get_mode("FAST_COMPILE").including("numpy_ufuncs")
+
+#: The mode of small per-iteration functions (``ufuncs=True`` in
+#: :meth:`SubsampledLikelihood.compile`): ``FAST_RUN``'s rewrites except the C-only ones
+#: (fused loops, in-place ops, BLAS), each elementwise node a direct ufunc call
+#: (:class:`~pymc_subsample.model.ufunc_linker.UfuncLinker`); no C code.
+_UFUNC_MODE = Mode(linker=UFUNC_LINKER, optimizer=get_mode("FAST_RUN").excluding(
+    "fusion", "inplace", "BlasOpt").including("numpy_ufuncs").provided_optimizer)
 
 #: Largest ``N`` whose data passes run in :data:`_NUMPY_MODE`. A pass there costs about 3×
 #: the compiled C one (0.27 s against 0.08 s on 10⁶ logistic rows, d = 10) but compiles in
@@ -188,9 +196,10 @@ class SubsampledLikelihood:
         self.temperature = float(temperature)
         self.compile_kwargs = dict(compile_kwargs or {})
         self.value_vars = check_vars(model, vars)
-        # float32 models: callers (PyMC steps) hand over float32 θ, which the compiled
-        # functions must convert rather than trust
-        self._trust_input = all(v.dtype == "float64" for v in self.value_vars)
+        #: whether the model computes in float64 (a float32 model's callers, PyMC steps, hand
+        #: over float32 θ, which the compiled functions must convert rather than trust)
+        self.float64 = all(v.dtype == "float64" for v in self.value_vars)
+        self._trust_input = self.float64
         check_free_variables(model)
         self.initial_point = model.initial_point()
         # the arrays the setup saw: pm.set_data replaces them (see check_data_unchanged)
@@ -261,7 +270,7 @@ class SubsampledLikelihood:
 
     # ------------------------------------------------------------------ compiled functions
     def compile(self, inputs: list[Variable], outputs, *, once: bool = False,
-                setup: bool = False):
+                setup: bool = False, ufuncs: bool = False):
         """Compile with PyMC's rewrites and this object's ``compile_kwargs``.
 
         Inputs are trusted (no conversion) unless the model is float32, where float32 ``θ``
@@ -272,13 +281,17 @@ class SubsampledLikelihood:
         and compilation would cost more than the calls; and ``setup=True``, the data passes
         and the reference fit's prior, when ``N ≤`` :data:`NUMPY_PASS_ROWS` and every
         elementwise node is a ufunc (else compiled as usual). Per-iteration functions are
-        always compiled to C, without PyTensor's BLAS rewrites.
+        compiled to C, without PyTensor's BLAS rewrites; ``ufuncs=True`` asks for a small one
+        (the prior's ``log p0``) to run as NumPy calls instead (:data:`_UFUNC_MODE`), when
+        every elementwise node is a ufunc: a few µs a call more, no C code to compile.
         """
         kwargs = dict(self.compile_kwargs)
         numpy_mode = "mode" not in kwargs and (
             once or (setup and self.n_rows <= NUMPY_PASS_ROWS))
         if numpy_mode:
             kwargs["mode"] = _NUMPY_MODE
+        elif ufuncs and "mode" not in kwargs:
+            kwargs["mode"] = _UFUNC_MODE
         elif "mode" not in kwargs:
             # PyTensor's BLAS rewrites cost seconds on the derivative graphs of the control
             # variates (15 s of a 16 s compile for a Weibull regression's, d = 6) and gain
@@ -291,7 +304,7 @@ class SubsampledLikelihood:
             [*inputs, *(rows for rows, _ in gathered)], outputs, on_unused_input="ignore",
             **kwargs,
         )
-        if numpy_mode and not once and not _runs_as_ufuncs(fn):
+        if ((numpy_mode and not once) or (ufuncs and not numpy_mode)) and not _runs_as_ufuncs(fn):
             return self.compile(inputs, outputs)
         if gathered:
             fn = GatheringFunction(fn, inputs.index(self.idx), [s for _, s in gathered],
@@ -327,24 +340,26 @@ class SubsampledLikelihood:
         return self.compile([self.theta, self.theta_new, self.idx], self.diff_graph)
 
     def logp0(self, theta: np.ndarray) -> float:
-        """``log p0(θ)``: priors, transform Jacobians and potentials (compiled to C: the steps
-        call it at every iteration)."""
+        """``log p0(θ)``: priors, transform Jacobians and potentials (the steps call it at
+        every iteration: NumPy calls, or C code when an op has no ufunc)."""
         return float(self._logp0_fn(theta))
 
     def logp0_and_grad(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """``log p0(θ)`` and its gradient, for the reference fit (a setup function)."""
+        """``log p0(θ)`` and its gradient, for the reference fit: a setup function of the
+        priors alone, called a few dozen times whatever ``N``, so never compiled to C (at
+        10⁶ rows it was: 8 C modules of a Student-t regression's cold build)."""
         value, gradient = self._logp0_and_grad_fn(theta)
         return float(value), np.asarray(gradient)
 
     @cached_property
     def _logp0_fn(self):
-        return self.compile([self.theta], self.logp0_graph)
+        return self.compile([self.theta], self.logp0_graph, ufuncs=True)
 
     @cached_property
     def _logp0_and_grad_fn(self):
         # a flat prior has no θ in its graph: its gradient is zero, not an error
         gradient = grad(self.logp0_graph, self.theta, disconnected_inputs="ignore")
-        return self.compile([self.theta], [self.logp0_graph, gradient], setup=True)
+        return self.compile([self.theta], [self.logp0_graph, gradient], once=True)
 
     def full_loglik(self, theta: np.ndarray) -> float:
         """``Σ_i ℓ_i(θ)/K`` over all N rows (setup and fallback use only; O(N))."""
