@@ -208,3 +208,23 @@ def test_tabulated_remainder_gives_way_to_the_compiled_one(monkeypatch):
     values = [cv.remainder(t0, t1, rows) for _ in range(4)]
     assert type(cv._xi_fn).__name__ == "Function"
     np.testing.assert_allclose(values[-1], values[0], rtol=1e-9, atol=1e-14)
+
+
+def test_tabulated_remainder_pickles_without_its_table():
+    """The table is N rows: a worker process that receives the step fills its own (one pass
+    at θ̂ over the data it has) instead of a copy in the message, with the same numbers."""
+    import cloudpickle
+
+    X, y = glm_data(4000, 3, "logistic", seed=3)
+    lik = SubsampledLikelihood(glm_model(X, y, "logistic"))
+    sums = (0.0, np.zeros(lik.dim), np.zeros((lik.dim, lik.dim)))
+    cv = TaylorControlVariate(lik, np.full(3, 0.1), 2, sums=sums,
+                              glm_terms=detect_glm_terms(lik), tabulate=True)
+    rows, t0, t1 = np.arange(0, 4000, 7, dtype=np.int64), np.full(3, 0.2), np.full(3, -0.1)
+    want = cv.remainder(t0, t1, rows)
+    table_bytes = sum(a.nbytes for pair in cv._xi_fn.tables for a in pair)
+    message = cloudpickle.dumps(cv._xi_fn)
+    assert len(message) < len(cloudpickle.dumps(lik)) + table_bytes / 4
+    clone = cloudpickle.loads(message)
+    assert clone.tables is None
+    np.testing.assert_array_equal(clone(t0, t1, rows), want)

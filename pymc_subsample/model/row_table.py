@@ -94,7 +94,13 @@ class TabulatedRemainder:
         self.theta_hat = np.array(theta_hat, dtype=np.float64)
         self.temperature = lik.temperature
         self._layout = [_widths(term, lik.dim) for term in self.terms]
+        self._lik = lik
         self.tables = self._fill(lik)
+
+    def __getstate__(self) -> dict:
+        # the table is N rows: a process that receives the step (pm.sample with cores > 1)
+        # fills its own from the data it already has, instead of a copy in the message
+        return {**self.__dict__, "tables": None}
 
     # ------------------------------------------------------------------ setup
     def _outputs(self, lik: SubsampledLikelihood, term) -> tuple:
@@ -140,6 +146,8 @@ class TabulatedRemainder:
         Arrays are ``(2, n)``, the point ``θ`` in the first row and ``θ'`` in the second: each
         row of the table's constants then broadcasts along a contiguous axis, NumPy's fast path
         on a few rows."""
+        if self.tables is None:  # unpickled: one pass at θ̂, the same numbers
+            self.tables = self._fill(self._lik)
         moves = np.array((theta, theta_new)) - self.theta_hat  # from θ̂, as rows
         d, xi = self.dim, 0.0
         with np.errstate(all="ignore"):  # as the compiled code: inf and NaN, never warnings
