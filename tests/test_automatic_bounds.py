@@ -375,6 +375,65 @@ def test_automatic_suprema_hold_at_random_points_of_random_boxes(name, row):
             assert np.all(np.abs(exact[alpha]) <= s_alpha), alpha
 
 
+#: rows of the grouped test below: tall-data boxes, enough of them to share bins
+N_GROUPED = 12_000
+
+
+def _grouped_case(name, rng):
+    """Rows as on tall data: a continuous linear predictor, one log precision (log shape)
+    for all rows, narrow boxes (N ≈ 10⁶ for d = 10), a Weibull censored at one bound
+    (30 % of the rows at it: the frequent value is a bin of its own)."""
+    eta = rng.normal(0.0, 0.3, N_GROUPED)
+    hats = [eta, np.full(N_GROUPED, 1.2)]
+    norms = [10.0 ** rng.uniform(-3.0, -2.5, N_GROUPED), np.full(N_GROUPED, 10.0**-3)]
+    if name == "beta_binomial":
+        n = rng.integers(1, 4, N_GROUPED)
+        data = [pt.vector("n", dtype="int64"), pt.vector("y", dtype="int64")]
+        return hats, norms, data, (n, rng.binomial(n, sc.expit(eta)))
+    t = np.exp(eta) * rng.weibull(np.exp(1.2), N_GROUPED)
+    c = float(np.quantile(t, 0.7))
+    data = [pt.vector("y", dtype="float64"), pt.scalar("c", dtype="float64")]
+    return hats, norms, data, (np.minimum(t, c), np.float64(c))
+
+
+@pytest.mark.parametrize("name, row", [("beta_binomial", _beta_binomial_row),
+                                       ("censored_weibull", _censored_weibull_row)])
+def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, monkeypatch):
+    """On many narrow boxes the enclosures are taken once per bin of similar rows (their
+    boxes' hull, the data as intervals; ``AutomaticFamily._grouped_suprema``): the suprema
+    still bound PyTensor's derivatives at random points and at the corners of every box, and
+    their sums are within 25 % of the row-by-row enclosures' (the cost of the wider hull)."""
+    from pymc_subsample.bounds import automatic
+
+    rng = np.random.default_rng([RNG_SEED, 17, len(name)])
+    hats, norms, data, values = _grouped_case(name, rng)
+    radius = 5.0
+    p0, p1 = pt.vector("p0", dtype="float64"), pt.vector("p1", dtype="float64")
+    f = rewrite_graph(row(p0, p1, data), include=("canonicalize",),
+                      custom_rewrite=in2out(drop_check))
+    auto = AutomaticFamily(_simplify(f), [p0, p1], data, name, name)
+    rows = [np.broadcast_to(v, (N_GROUPED,)) for v in values]
+    widths = [radius * s for s in norms]
+    binned = automatic.row_bins(hats, widths, rows)
+    assert binned is not None and binned[1] < N_GROUPED / 4  # the grouped path is taken
+    sup = auto.all_suprema(2, tuple(norms), rows[0], tuple(hats), radius, values)
+    assert all(np.isfinite(s).all() for s in sup.values())
+    alphas, graphs = auto.derivatives(2)
+    point_fn = pytensor.function([p0, p1, *data], graphs[: len(sup)], mode="FAST_COMPILE",
+                                 on_unused_input="ignore")
+    corners = [np.array([a, b]) for a in (-1.0, 1.0) for b in (-1.0, 1.0)]
+    for u in [*corners, *(rng.uniform(-1, 1, (2, N_GROUPED)) for _ in range(3))]:
+        points = [h + radius * s * u[j] for j, (h, s) in enumerate(zip(hats, norms,
+                                                                       strict=True))]
+        exact = dict(zip(alphas, point_fn(*points, *values), strict=False))
+        for alpha, s_alpha in sup.items():
+            assert np.all(np.abs(exact[alpha]) <= s_alpha), alpha
+    monkeypatch.setattr(automatic, "GROUP_MIN_ROWS", 10 * N_GROUPED)  # row by row
+    own = auto.all_suprema(2, tuple(norms), rows[0], tuple(hats), radius, values)
+    for alpha, s_alpha in sup.items():
+        assert s_alpha.sum() <= 1.25 * own[alpha].sum(), (alpha, s_alpha.sum() / own[alpha].sum())
+
+
 # ------------------------------------------------------------ regularised incomplete gamma
 @pytest.mark.parametrize("upper", [True, False])
 def test_incomplete_gamma_rule_encloses_the_values_in_the_box(upper):
