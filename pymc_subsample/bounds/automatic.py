@@ -324,7 +324,8 @@ class AutomaticFamily:
         pieces = max(self.pieces, min(MAX_PIECES, int(
             (PIECES_BUDGET / max(n_rows, 1)) ** (1.0 / self.n_predictors) + 1e-9)))
         if n_rows >= GROUP_MIN_ROWS:
-            grouped = self._grouped_suprema(alphas, graphs, n_alpha, centres, widths, data)
+            grouped = self._grouped_suprema(alphas, graphs, n_alpha, centres, widths, data,
+                                            pieces)
             if grouped is not None:
                 return grouped
         blocks = [self._block_suprema(alphas, graphs, n_alpha, pieces,
@@ -370,7 +371,7 @@ class AutomaticFamily:
             best[alpha] = np.where(undecided, np.inf, out)
         return best
 
-    def _grouped_suprema(self, alphas, graphs, n_alpha, centres, widths, data):
+    def _grouped_suprema(self, alphas, graphs, n_alpha, centres, widths, data, pieces):
         r""":meth:`all_suprema` with the box enclosures taken on bins of similar rows, or
         ``None`` where the rows do not share bins (:func:`row_bins`).
 
@@ -387,7 +388,8 @@ class AutomaticFamily:
         the derivative graphs are enclosed once per bin (far fewer than the rows on tall data,
         where the boxes are narrow and many rows share a bin). A row whose bin leaves one of
         ``f``'s switches undecided or has no finite bound is enclosed on its own box
-        (:meth:`_block_suprema`), as are all rows where the bins are too many to save work.
+        (:meth:`_block_suprema`, in ``pieces`` parts per axis), as are all rows where the
+        bins are too many to save work. The hulls are bisected into :attr:`pieces` parts.
         """
         n_rows = np.shape(centres[0])[0]
         binned = row_bins(centres, widths, list(data.values()))
@@ -419,7 +421,7 @@ class AutomaticFamily:
                           for v, d in data_hull.items()}
             out = self._box_suprema(graphs, self._conditions,
                                     [c[part] for c in hull_centres],
-                                    [w[part] for w in hull_widths], block_data)
+                                    [w[part] for w in hull_widths], block_data, self.pieces)
             for acc, value in zip(per_bin, out, strict=True):
                 acc.append(value)
         *bin_sup, bin_undecided = [np.concatenate(v) for v in per_bin]
@@ -449,7 +451,8 @@ class AutomaticFamily:
         rows = np.flatnonzero(fallback)
         for start in range(0, rows.size, EVAL_ROWS):
             sub = rows[start : start + EVAL_ROWS]
-            own = self._block_suprema(alphas, graphs, n_alpha, 1, [c[sub] for c in centres],
+            own = self._block_suprema(alphas, graphs, n_alpha, pieces,
+                                      [c[sub] for c in centres],
                                       [w[sub] for w in widths],
                                       {v: d[sub] for v, d in data.items()})
             for alpha, value in own.items():
@@ -473,7 +476,9 @@ class AutomaticFamily:
             slack = (np.abs(c) + 2.0 * np.abs(w)) * _OUTWARD_REL + _OUTWARD_ABS
             boxes[p] = ((lo - slack).ravel(), (hi + slack).ravel())
         if len(cells) > 1:
-            data = {v: np.tile(d, len(cells)) for v, d in data.items()}
+            # a bin's data are intervals (lo, hi): each end tiled
+            data = {v: tuple(np.tile(x, len(cells)) for x in d) if isinstance(d, tuple)
+                    else np.tile(d, len(cells)) for v, d in data.items()}
         out = evaluate_intervals(graphs, {**boxes, **data})
         shape = (len(cells), n_rows)
 
