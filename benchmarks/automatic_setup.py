@@ -6,7 +6,10 @@ change's before and after on the same machine.
     PYTHONPATH=. python benchmarks/automatic_setup.py . 100000,1000000 logistic,beta
 
 ``REPO`` is the checkout whose ``pymc_subsample`` and ``benchmarks`` are imported (put it on
-``PYTHONPATH`` too). Prints one table row per size and family with the load average, since
+``PYTHONPATH`` too). Prints one table row per size and family: the setup's seconds, its
+full-data passes and their seconds, the seconds compiling the pass, the seconds spent in the
+automatic bound's enclosures (``AutomaticFamily.all_suprema``, summed over the pass's
+threads, so up to twice the wall time they take on two cores) and the load average, since
 setup times on a shared machine move with it.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -23,20 +27,38 @@ def main() -> None:
     sys.path.insert(0, repo)
     import pymc_subsample as pms
     from benchmarks.automatic_bounds import model
+    from pymc_subsample.bounds.automatic import AutomaticFamily
 
+    enclosing = {"s": 0.0}
+    lock = threading.Lock()
+    suprema = AutomaticFamily.all_suprema
+
+    def timed(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = suprema(self, *args, **kwargs)
+        with lock:
+            enclosing["s"] += time.perf_counter() - t0
+        return out
+
+    AutomaticFamily.all_suprema = timed
     commit = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     print(f"repo {repo} ({commit})", flush=True)
+    print("| N | family | bound | setup (s) | passes | passes (s) | compiling (s) "
+          "| enclosures (thread-s) |", flush=True)
     for n in (int(v) for v in sizes.split(",")):
         for name in families.split(","):
+            enclosing["s"] = 0.0
             with model(name, n):
                 t0 = time.perf_counter()
                 step = pms.MHSS()
                 seconds = time.perf_counter() - t0
             kind = type(step._reference_pass.terms[0]).__name__
             bound = "automatic" if kind == "PredictorTerm" else "hand-derived"
-            print(f"| {n:,} | {name} | {bound} | {seconds:.1f} | load "
-                  f"{os.getloadavg()[0]:.1f}", flush=True)
+            p = step.setup_profile
+            print(f"| {n:,} | {name} | {bound} | {seconds:.1f} | {p['full_data_passes']} "
+                  f"| {p['full_data_passes_s']:.1f} | {p['pass_compile_s']:.1f} "
+                  f"| {enclosing['s']:.1f} | load {os.getloadavg()[0]:.1f}", flush=True)
 
 
 if __name__ == "__main__":
