@@ -90,24 +90,29 @@ class SecondFactorMoves:
             mean = np.where(ok, b / precision, e)
         return mean, np.where(ok, precision, self.coords.second_precision)
 
-    def sweep(self, theta: np.ndarray,
-              remainder: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], *,
-              rng_proposal: np.random.Generator, rng_index: np.random.Generator,
-              rng_accept: np.random.Generator) -> LevelSweep:
-        """Move every level of the second factor once (``G₂`` decisions)."""
+    def propose(self, theta: np.ndarray, rng: np.random.Generator
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Every level's proposal ``v'_l`` and its ``log q(v_l) − log q(v'_l)``."""
+        x = theta[self._levels]
+        mean, precision = self.conditional_gaussian(theta, self._held_sum(theta))
+        x_new = mean + rng.standard_normal(self.n_levels) / np.sqrt(precision)
+        return x_new, 0.5 * precision * ((x_new - mean) ** 2 - (x - mean) ** 2)
+
+    def decide(self, theta: np.ndarray, x_new: np.ndarray, log_q_ratio: np.ndarray,
+               remainder: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], *,
+               rng_index: np.random.Generator, rng_accept: np.random.Generator) -> LevelSweep:
+        """The ``G₂`` MHSS decisions of the moves ``v_l → v'_l`` (``remainder(θ, θ', idx)``
+        the rows' ``ξ_i``), and the new ``θ``."""
         lv, g = self._levels, self.n_levels
         x = theta[lv]
-        held = self._held_sum(theta)
-        mean, precision = self.conditional_gaussian(theta, held)
-        x_new = mean + rng_proposal.standard_normal(g) / np.sqrt(precision)
-        log_q_ratio = 0.5 * precision * ((x_new - mean) ** 2 - (x - mean) ** 2)
         theta_new = theta.copy()
         theta_new[lv] = x_new
         step = x_new - x
         cv = self._grad * step
         if self.order == 2:
             x_hat = self._theta_hat[lv]
-            cv = cv + 0.5 * self._diag * ((x_new - x_hat) ** 2 - (x - x_hat) ** 2) + step * held
+            cv = cv + 0.5 * self._diag * ((x_new - x_hat) ** 2 - (x - x_hat) ** 2) + (
+                step * self._held_sum(theta))
         with np.errstate(invalid="ignore"):
             log_alpha1 = self.prior.terms(theta_new) - self.prior.terms(theta) + cv + log_q_ratio
         psi = self.coords.point(theta)
@@ -121,6 +126,15 @@ class SecondFactorMoves:
         out = theta.copy()
         out[lv] = np.where(info.accepted, x_new, x)
         return LevelSweep(out, info, np.ones(g, dtype=bool))
+
+    def sweep(self, theta: np.ndarray,
+              remainder: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], *,
+              rng_proposal: np.random.Generator, rng_index: np.random.Generator,
+              rng_accept: np.random.Generator) -> LevelSweep:
+        """Move every level of the second factor once: :meth:`propose`, :meth:`decide`."""
+        x_new, log_q_ratio = self.propose(theta, rng_proposal)
+        return self.decide(theta, x_new, log_q_ratio, remainder, rng_index=rng_index,
+                           rng_accept=rng_accept)
 
 
 class CrossedLevels:
