@@ -22,6 +22,7 @@ from pymc_subsample.bounds import CrossedBound, CrossedRows, crossed_level_rows,
 from pymc_subsample.steps.crossed_moves import SecondFactorMoves
 from tests.family_checks import check_posterior
 from tests.make_glm_references import CROSSED_GROUPS, crossed_model
+from tests.pairs import assert_poisson_counts, poisson_process_counts
 
 G1, G2, D_R, N_ROWS = 40, 12, 4, 3000
 
@@ -85,9 +86,43 @@ def test_crossed_rates_bound_the_remainders_on_random_pairs(order):
             if rates is None:
                 continue
             level = (bound.level if factor == 0 else bound.level2)
-            ceiling = rates._index.top[level] * rates._envelope[level]
+            ceiling = bound.sampler.weights * rates._envelope[level]
             assert np.all(b <= ceiling * (1 + 1e-12)), (k, factor)
     assert np.all(worst > 0.02), worst
+
+
+@pytest.mark.parametrize("factor", [0, 1])
+def test_crossed_level_rates_draw_a_poisson_process_per_level(factor):
+    """One factor's levels moved: each chosen level's draws are a Poisson process of rates
+    ``B_i`` on its rows (drawn by weight, thinned), none from the levels not chosen; the
+    category rates of a move of everything likewise."""
+    rng = np.random.default_rng(3 + factor)
+    _, _, _, bound = _crossed_rows(rng, 2)
+    dim = G1 + G2 + D_R
+    psi = rng.standard_normal(dim)
+    psi_new = psi.copy()
+    moved = slice(0, G1) if factor == 0 else slice(G1, G1 + G2)
+    psi_new[moved] += 3.0 * rng.standard_normal(moved.stop - moved.start)
+    rates = bound.level_rates(psi, psi_new, factor)
+    b = bound.row_rates(bound.factors(psi, psi_new), np.arange(N_ROWS))
+    level = bound.level if factor == 0 else bound.level2
+    g = G1 if factor == 0 else G2
+    chosen = np.arange(g) % 3 != 0
+    assert not rates.fallback.any()
+    counts, reps = np.zeros(N_ROWS), 3000
+    for _ in range(reps):
+        idx, lev, kept = rates.draw(rng, chosen)
+        np.testing.assert_array_equal(lev, level[idx])
+        np.testing.assert_allclose(kept, b[idx], rtol=1e-12)
+        counts += np.bincount(idx, minlength=N_ROWS)
+    in_chosen = chosen[level]
+    assert counts[~in_chosen].sum() == 0
+    assert_poisson_counts(counts[in_chosen], b[in_chosen] * reps, least=20)
+    if factor == 0:
+        psi_new = 0.8 * psi + 0.6 * rng.standard_normal(dim)
+        every = bound.category_rates(psi, psi_new)
+        counts, expected = poisson_process_counts(every, N_ROWS, rng, reps=3000)
+        assert_poisson_counts(counts, expected, least=20)
 
 
 @pytest.fixture(scope="module")

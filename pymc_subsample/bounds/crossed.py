@@ -25,12 +25,15 @@ module (increasing in ``|a|``, ``|a'|``, ``|h|``) give the rate
     \qquad \bar c_i = \kappa_k L_k S_i^{k+1},
 
 ``A_i, A'_i, H_i`` the linear factors above: symmetric in ``(ψ, ψ')``. Each linear factor is a
-convex combination of its three terms, so it is at most their largest; over the rows of one
-level ``k`` of a factor that is ``max(u, v_k, \max_l w_l)`` (the other factor's largest), the
-envelope the rows of a level are drawn with (each level's rows uniform, kept with probability
-``B_i`` over the level's largest weight times that envelope): a Poisson process of rate
-``B_i`` per level, as in :class:`~pymc_subsample.bounds.levels.LevelMoveRates`, by levels of
-either factor (the moves of one factor's levels), or summed over the first factor's levels
+convex combination of its three terms, so it is at most their largest, and at most the
+largest shares times the terms; over the rows of one level ``k`` of a factor that is
+``max(u, v_k, \max_l w_l)`` (the other factor's largest) and
+``ρ^{max}_k u + σ^{max}_k v_k + τ^{max}_k \max_l w_l``, the envelope ``E_k`` the rows of a level
+are drawn with (``Poisson(W_k E_k)`` candidates, ``W_k`` the level's total weight, each row
+``i`` with probability ``c̄_i/W_k``, kept with probability ``B_i/(c̄_i E_k)``): a Poisson
+process of rate ``B_i`` per level (as in :class:`~pymc_subsample.bounds.levels.
+LevelMoveRates`, which draws a level's rows uniformly), by levels of either factor (the
+moves of one factor's levels), or summed over the first factor's levels
 (any move, :class:`CrossedCategoryRates`). ``docs/methods/mhss.md``, "Rows on two crossed
 factors".
 """
@@ -120,16 +123,24 @@ def crossed_level_rows(order: int, sup: np.ndarray, dense: np.ndarray, first: np
 
 
 class _LevelIndex:
-    """The rows sorted by the levels of one factor: each level's span, count and largest
-    weight (O(N) once, 4 bytes a row)."""
+    """The rows sorted by the levels of one factor: each level's span, count and total
+    weight, the running sum of the weights in that order (rows are drawn from a level in
+    proportion to their weight), and each level's largest shares (O(N) once, 12 bytes a
+    row)."""
 
-    def __init__(self, level: np.ndarray, n_levels: int, weights: np.ndarray) -> None:
+    def __init__(self, level: np.ndarray, n_levels: int, weights: np.ndarray,
+                 shares: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         self.order = np.argsort(level, kind="stable").astype(np.int32)
         self.count = np.bincount(level, minlength=n_levels)
         self.start = np.concatenate([[0], np.cumsum(self.count)])
-        top = np.zeros(n_levels, dtype=np.float32)
-        np.maximum.at(top, level, weights)
-        self.top = top.astype(np.float64)
+        self.cumulative = np.cumsum(weights[self.order], dtype=np.float64)
+        before = np.concatenate([[0.0], self.cumulative])
+        self.before = before[self.start[:-1]]
+        self.total = before[self.start[1:]] - self.before
+        #: ``max ρ_i``, ``max σ_i``, ``max τ_i`` over each level's rows, shape (3, G)
+        self.top_shares = np.zeros((3, n_levels))
+        for row, share in enumerate(shares):
+            np.maximum.at(self.top_shares[row], level, share)
 
 
 class _Factors:
@@ -171,7 +182,10 @@ class CrossedBound:
         if factor not in self._index:
             level, g = ((self.level, self.n_levels) if factor == 0
                         else (self.level2, self.n_levels2))
-            self._index[factor] = _LevelIndex(level, g, self.sampler.weights)
+            rho = self.share_fixed.astype(np.float64)
+            sigma = self.share_first.astype(np.float64)
+            tau = np.maximum(1.0 - rho - sigma, 0.0)
+            self._index[factor] = _LevelIndex(level, g, self.sampler.weights, (rho, sigma, tau))
         return self._index[factor]
 
     def factors(self, psi: np.ndarray, psi_new: np.ndarray) -> _Factors:
@@ -198,11 +212,16 @@ class CrossedBound:
 
     def envelopes(self, factors: _Factors, factor: int) -> np.ndarray:
         """Per level of ``factor``, a bound on ``B_i / c̄_i`` of its rows: each linear factor
-        at most ``max(u, own level's, the other factor's largest)``."""
+        ``ρu + σv_k + τw_l`` at most ``max(u, own level's, the other factor's largest)`` (the
+        shares sum to 1) and at most the level's largest shares times those terms."""
         own, other = (factors.v, factors.w) if factor == 0 else (factors.w, factors.v)
-        top = np.maximum(np.maximum(factors.u[:, None], own),
-                         np.max(other, axis=1, initial=0.0)[:, None])
-        top = top * (1.0 + 2.0 * SHARE_MARGIN)
+        other_top = np.max(other, axis=1, initial=0.0)[:, None]
+        top = np.maximum(np.maximum(factors.u[:, None], own), other_top)
+        rho, sigma, tau = self.index(factor).top_shares
+        own_share, other_share = (sigma, tau) if factor == 0 else (tau, sigma)
+        shares = rho * factors.u[:, None] + own_share * own + other_share * other_top
+        # the stored shares' rounding, as in row_rates, and the products'
+        top = (np.minimum(top, shares) + SHARE_MARGIN * top) * (1.0 + 2.0 * SHARE_MARGIN)
         a, a_new, h = top
         if self.order == 1:
             return h * (a + a_new)
@@ -220,9 +239,10 @@ class CrossedBound:
 
 
 class _ByLevel:
-    """Rows drawn level by level of one factor: ``Poisson(n_k c̄^{max}_k E_k)`` rows uniform
-    among level ``k``'s ``n_k`` rows, each kept with probability
-    ``B_i / (c̄^{max}_k E_k)`` (``E_k`` :meth:`CrossedBound.envelopes`), without reading data."""
+    """Rows drawn level by level of one factor: ``Poisson(W_k E_k)`` rows of level ``k``
+    drawn with probability ``c̄_i / W_k`` (``W_k = Σ_{i∈k} c̄_i``), each kept with probability
+    ``B_i / (c̄_i E_k)`` (``E_k`` :meth:`CrossedBound.envelopes`), without reading data: a
+    Poisson process of rate ``B_i`` on each level's rows."""
 
     def __init__(self, bound: CrossedBound, factors: _Factors, factor: int) -> None:
         self._bound, self._factors = bound, factors
@@ -230,7 +250,7 @@ class _ByLevel:
         self._envelope = bound.envelopes(factors, factor)
         #: mean candidate rows per level; also what :attr:`expected` reports (an upper bound
         #: of ``Λ_k``: the exact one needs every row's shares)
-        self._draws = self._index.count * self._index.top * self._envelope
+        self._draws = self._index.total * self._envelope
 
     def _rows(self, rng: np.random.Generator, counts: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -241,12 +261,12 @@ class _ByLevel:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty, np.empty(0)
         level = np.repeat(np.arange(counts.size), counts)
-        size = index.count[level]
-        pos = index.start[level] + np.minimum((rng.random(total) * size).astype(np.int64),
-                                              size - 1)
+        target = index.before[level] + rng.random(total) * index.total[level]
+        pos = np.clip(np.searchsorted(index.cumulative, target, side="right"),
+                      index.start[level], index.start[level + 1] - 1)
         idx = index.order[pos].astype(np.int64)
         rates = self._bound.row_rates(self._factors, idx)
-        ceiling = index.top[level] * self._envelope[level]
+        ceiling = self._bound.sampler.weights[idx].astype(np.float64) * self._envelope[level]
         keep = rng.random(total) * ceiling < rates
         return idx[keep], level[keep], rates[keep]
 
