@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pymc as pm
 import pytest
 from scipy.special import expit
 
@@ -229,6 +230,25 @@ def test_second_factor_decisions_satisfy_detailed_balance(crossed_step):
             assert abs(z) < 4.5, (level, f, b, math.exp(log_r), xi_sum[level])
             checked += 1
     assert checked >= 8, checked
+
+
+def test_a_second_factor_read_twice_keeps_the_one_factor_moves():
+    """``v[g2] + v[g3]``: a row on two levels of the second factor couples them in the data
+    Hessian, so it is no second factor; the step keeps the one-factor level moves."""
+    rng = np.random.default_rng(2)
+    n = 1500
+    X = np.column_stack([np.ones(n), rng.normal(size=n)])
+    g1, g2, g3 = rng.integers(0, 70, n), rng.integers(0, 8, n), rng.integers(0, 8, n)
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 5.0, shape=2)
+        u = pm.Normal("u", 0.0, pm.HalfNormal("s_u", 1.0), shape=70)
+        v = pm.Normal("v", 0.0, pm.HalfNormal("s_v", 1.0), shape=8)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + u[pm.Data("g1", g1)]
+                     + v[pm.Data("g2", g2)] + v[pm.Data("g3", g3)],
+                     observed=rng.binomial(1, 0.4, n))
+        step = pms.MHSS()
+    assert step.level_moves is not None and step.second_moves is None
+    assert not isinstance(step.rate_bound, CrossedBound)
 
 
 @pytest.mark.slow

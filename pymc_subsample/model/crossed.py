@@ -43,7 +43,7 @@ from pymc_subsample.model.frame import LevelFrame
 from pymc_subsample.model.glm_pass import GLMPass
 from pymc_subsample.model.levels import LevelHessian, LevelLayout, SplitRows
 
-__all__ = ["CrossedCoordinates", "crossed_rows", "second_factor"]
+__all__ = ["CrossedCoordinates", "crossed_rows", "second_factor", "splits_one_predictor"]
 
 
 def second_factor(lik, layout: LevelLayout, hess_sum: LevelHessian, hyper: np.ndarray
@@ -153,19 +153,23 @@ class CrossedCoordinates:
                 level2)
 
 
+def splits_one_predictor(data_pass) -> bool:
+    """Whether the pass is one observed variable of one affine predictor split by level, whose
+    family's bound holds on the whole line: what :func:`crossed_rows` reads."""
+    if not isinstance(data_pass, GLMPass) or data_pass.levels is None:
+        return False
+    if len(data_pass.terms) != 1:
+        return False
+    (term,) = data_pass.terms
+    return term.curvature is None and not term.family.region_only
+
+
 def crossed_rows(data_pass, coords: CrossedCoordinates, theta_hat: np.ndarray, order: int
                  ) -> CrossedRows | None:
-    """The crossed bound's pieces of all N rows at ``θ̂`` (one pass over the data), or None
-    when the pass is not one observed variable of one affine predictor split by level, its
-    family's bound holds on a region only, or a row reads two of the second factor's
+    """The crossed bound's pieces of all N rows at ``θ̂`` (one pass over the data) when
+    :func:`splits_one_predictor`, or None where a row reads two of the second factor's
     levels."""
-    if not isinstance(data_pass, GLMPass) or data_pass.levels is None:
-        return None
-    if len(data_pass.terms) != 1:
-        return None
     (term,) = data_pass.terms
-    if term.curvature is not None or term.family.region_only:
-        return None
     lik = data_pass.lik
     out = CrossedRows.empty(lik.n_rows, coords.n_levels, coords.n_levels2, order)
     dense_weight = float(np.sqrt(max(coords.dense_dim, 1)))

@@ -27,7 +27,12 @@ import numpy as np
 
 from pymc_subsample.bounds import CrossedBound
 from pymc_subsample.kernels.mhss import mhss_accept_levels
-from pymc_subsample.model.crossed import CrossedCoordinates, crossed_rows, second_factor
+from pymc_subsample.model.crossed import (
+    CrossedCoordinates,
+    crossed_rows,
+    second_factor,
+    splits_one_predictor,
+)
 from pymc_subsample.model.levels import LevelHessian, LevelPrior
 from pymc_subsample.steps.level_moves import LevelSweep
 
@@ -150,8 +155,9 @@ def crossed_levels(step, frame, hyper: np.ndarray) -> CrossedLevels | str:
     """The crossed structure of an MHSS step under construction (its level moves found), or
     why there is none (for the log). One more pass over the data (the rows' pieces)."""
     lik, cv = step.likelihood, step.control_variate
-    if math.isfinite(step.region_radius):
-        return "the family's bound holds on a region of the frame only"
+    if math.isfinite(step.region_radius) or not splits_one_predictor(step._reference_pass):
+        return ("the rows are not one affine predictor split by level, or the family's bound "
+                "holds on a region of the frame only")
     second = second_factor(lik, frame.layout, cv.hess_sum, hyper)
     if second is None:
         return "no second grouping factor among the fixed coordinates"
@@ -163,9 +169,9 @@ def crossed_levels(step, frame, hyper: np.ndarray) -> CrossedLevels | str:
     except (ValueError, np.linalg.LinAlgError) as err:
         return f"no coordinates for the bound ({err})"
     rows = crossed_rows(step._reference_pass, coords, step.theta_hat, step.cv_order)
-    step.setup_profile["full_data_passes"] += 1
+    step.setup_profile["full_data_passes"] += 1  # (a part of one where it stops early)
     if rows is None:
-        return "a row reads two levels of the second factor, or the rows are not split"
+        return "a row reads two levels of the second factor"
     bound = CrossedBound(rows, coords.dense_dim)
     moves = SecondFactorMoves(coords, prior, bound, cv.grad_sum, cv.hess_sum, step.cv_order)
     return CrossedLevels(coords, bound, moves)
