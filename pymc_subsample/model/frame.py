@@ -329,6 +329,14 @@ class LevelFrame(LaplaceFrame):
         order = np.concatenate([np.flatnonzero(~last), np.flatnonzero(last)])
         return LevelFrame(self.theta_hat, self.precision, fixed_order=order)
 
+    def fixed_covariance(self) -> np.ndarray:
+        """``V`` on the fixed coordinates (``S⁻¹``, rows and columns in ``layout.fixed``'s
+        order): the Laplace marginal covariance of ``θ_F``, ``d_F × d_F``."""
+        inner = self._inv_chol_t @ self._inv_chol_t.T  # S⁻¹ in L_S's order
+        out = np.empty_like(inner)
+        out[np.ix_(self._perm, self._perm)] = inner
+        return out
+
     @property
     def level_scale(self) -> np.ndarray:
         """``D^{1/2}``: ``∂φ_k/∂u_k`` of each level (``φ_L = D^{1/2}δ_L + Wδ_F``)."""

@@ -116,6 +116,15 @@ class LevelMoves:
         self.fraction = float(fraction)
         self._hyper = (np.empty(0, dtype=np.int64) if hyper is None
                        else np.asarray(hyper, dtype=np.int64))
+        #: ``θ ↦`` the bound's point, when it is not the frame's (:meth:`use_bound`)
+        self._rows_map: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def use_bound(self, bound, rows_map: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Bound the rows with ``bound`` at the points ``rows_map(θ)`` instead of the level
+        bound at :meth:`rows_phi`'s (a second, crossed factor:
+        :mod:`pymc_subsample.steps.crossed_moves`). Its first ``G`` coordinates must be this
+        factor's levels, moving by ``D^{1/2}δ`` as ``φ_L`` does."""
+        self.bound, self._rows_map = bound, rows_map
 
     def rows_phi(self, theta: np.ndarray) -> np.ndarray:
         r"""The whitened point the level bound reads for ``θ``: ``φ`` of ``θ`` with the
@@ -128,6 +137,8 @@ class LevelMoves:
         posterior's scale lies well above the joint mode's) enters both ``‖φ_D‖`` and every
         ``φ_k`` and the triangle inequality loses their cancellation. A function of ``θ``
         alone, so rates from it stay symmetric in the pair."""
+        if self._rows_map is not None:
+            return self._rows_map(theta)
         if self._hyper.size == 0:
             return self.frame.whiten(theta)
         point = np.array(theta, dtype=np.float64)

@@ -28,10 +28,12 @@ from pymc_subsample.model.levels import prior_derivatives, scale_coordinate
 from pymc_subsample.model.setup import glm_data_pass
 from pymc_subsample.proposals.proposal import BlockProposal, make_proposal
 from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep, SubsamplingStepState
+from pymc_subsample.steps.crossed_moves import SecondFactorMoves, crossed_levels
 from pymc_subsample.steps.level_moves import (
     CollapsedFixedProposal,
     HyperMove,
     LevelMoves,
+    LevelSweep,
     ScaleMove,
     level_structure,
     level_third_sums,
@@ -46,8 +48,8 @@ FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
 _log = logging.getLogger("pymc_subsample")
 
 #: The level moves' stats of an iteration with none of them (or before they run).
-NO_LEVEL_STATS = {"level_accept": np.nan, "level_rows": 0, "hyper_accept": False,
-                  "scale_accept": False}
+NO_LEVEL_STATS = {"level_accept": np.nan, "level2_accept": np.nan, "level_rows": 0,
+                  "hyper_accept": False, "scale_accept": False}
 
 
 @functools.cache
@@ -141,6 +143,7 @@ class MHSS(SubsamplingStep):
         "clipped": (np.int64, []),
         "level_accept": (np.float64, []),
         "level_rows": (np.int64, []),
+        "level2_accept": (np.float64, []),
         "hyper_accept": (bool, []),
         "scale_accept": (bool, []),
     }
@@ -177,6 +180,8 @@ class MHSS(SubsamplingStep):
         self.level_moves: LevelMoves | None = None
         #: the move of the coordinates no row reads (the group scale), with level moves
         self.hyper_move: HyperMove | None = None
+        #: the moves of a second, crossed factor's levels (:mod:`.crossed_moves`), or None
+        self.second_moves: SecondFactorMoves | None = None
         if bound is None:
             # whitened constants from the reference fit's last pass, M from whitened points
             consts = self.reference.row_constants
@@ -239,6 +244,13 @@ class MHSS(SubsamplingStep):
             frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
             self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
             self.region_radius, fraction=fraction, hyper=hyper)
+        crossed = crossed_levels(self, frame, hyper)
+        if isinstance(crossed, str):
+            _log.debug("no second factor: %s", crossed)
+        else:
+            # both factors' levels bounded in their own coordinates (a row on two levels)
+            self.level_moves.use_bound(crossed.bound, crossed.coords.point)
+            self.second_moves = crossed.moves
         if hyper.size:
             self.hyper_move = HyperMove(prior_derivatives(lik, hyper), hyper, self.theta_hat)
         scale = scale_coordinate(lik, frame.layout, hyper)
@@ -306,19 +318,32 @@ class MHSS(SubsamplingStep):
             lambda t, t_new, idx: self._finite_or_reject(remainder(t, t_new, idx)),
             rng_proposal=self.rng_proposal, rng_index=self.rng_index,
             rng_accept=self.rng_accept)
+        self._level_stats(sweep, stats, "level_accept")
+        theta = sweep.theta
+        if self.second_moves is not None:
+            sweep = self.second_moves.sweep(
+                theta, lambda t, t_new, idx: self._finite_or_reject(remainder(t, t_new, idx)),
+                rng_proposal=self.rng_proposal, rng_index=self.rng_index,
+                rng_accept=self.rng_accept)
+            self._level_stats(sweep, stats, "level2_accept")
+            theta = sweep.theta
+        stats["non_finite"] = bool(stats["non_finite"] or self._non_finite)
+        return RaveledVars(self._returned(theta), q.point_map_info), [stats]
+
+    def _level_stats(self, sweep: LevelSweep, stats: dict[str, Any], accept: str) -> None:
+        """A sweep of one factor's levels into the iteration's stats: its acceptance in
+        ``accept``, its rows in ``level_rows`` and ``n_data``."""
         info = sweep.info
         moved = int(np.count_nonzero(sweep.moved))
-        stats["level_accept"] = (float(np.count_nonzero(info.accepted & sweep.moved)) / moved
-                                 if moved else np.nan)
-        stats["level_rows"] = info.n_data
+        stats[accept] = (float(np.count_nonzero(info.accepted & sweep.moved)) / moved
+                         if moved else np.nan)
+        stats["level_rows"] += info.n_data
         stats["n_data"] += info.n_data
         stats["clipped"] += info.clipped
-        stats["non_finite"] = bool(stats["non_finite"] or self._non_finite)
         if info.fallbacks and not stats["full_data_fallback"]:
             stats["full_data_fallback"] = True
             if not self.tune:  # one move of this iteration counted as decided on all rows
                 self.fallbacks_after_tuning += 1
-        return RaveledVars(self._returned(sweep.theta), q.point_map_info), [stats]
 
     def _scale_step(self, theta: np.ndarray, stats: dict[str, Any]) -> np.ndarray:
         """The scale move (:class:`ScaleMove`): ``log α1 = log p0(θ') − log p0(θ) + Gε +

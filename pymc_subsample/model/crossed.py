@@ -1,0 +1,187 @@
+r"""A second, crossed grouping factor: the coordinates its rows are bounded in.
+
+The data pass splits a predictor's rows by one grouping factor (``model/levels.py``, the one
+with the most levels: ``u``, ``G`` levels); a second factor's levels ``v`` (``G₂``, e.g. random
+intercepts per destination beside those per plane) are then columns of the fixed block, a
+one-hot ``r_i e_{l_i}`` in each row. The Laplace frame stays the arrow of
+:class:`~pymc_subsample.model.frame.LevelFrame` (``v`` in its dense block: memory
+O(G·(d_F + G₂))), but in its whitened coordinates a row is dense over all of ``v``, and the
+level bound's ``‖x̃_{i,D}‖‖φ_D‖`` loses a factor ``√(d_F + G₂)`` against the row's true
+displacement. For the bound, this module whitens each factor's levels against the
+fixed block ``R`` (the fixed coordinates but ``v`` and the coordinates no row reads) alone:
+
+.. math::
+
+    ψ_{U,k} = D_k^{1/2}δ_{u_k} + D_k^{-1/2}C_{k}^\top δ_R,\quad
+    ψ_{V,l} = E_l^{1/2}δ_{v_l} + E_l^{-1/2}B_{l}^\top δ_R,\quad
+    ψ_R = K^\top δ_R,
+
+``δ = θ − θ̂``, ``D``, ``E`` the diagonal of the precision ``P`` on ``u`` and ``v``, ``C``,
+``B`` their rows of ``P`` on ``R``, and ``K Kᵀ`` the Laplace marginal precision of ``δ_R``
+(``ψ_R ~ N(0, I)`` under the Laplace approximation). An affine map of ``θ`` like any other:
+``a_i = x_iᵀδ = x̃_iᵀψ`` exactly, with
+
+.. math::
+
+    \tilde x_i = \bigl(α_i e_{k_i},\ β_i e_{l_i},\ γ_i\bigr),\quad
+    α_i = t_i D_{k_i}^{-1/2},\ β_i = r_i E_{l_i}^{-1/2},\
+    γ_i = K^{-1}\bigl(x_{R,i} − t_i C_{k_i}/D_{k_i} − r_i B_{l_i}/E_{l_i}\bigr),
+
+so a row touches two levels and the ``d_R`` fixed coordinates, and
+:mod:`pymc_subsample.bounds.crossed` bounds it (``docs/methods/mhss.md``, "Rows on two crossed
+factors"). Which map it is affects how tight the bound is, never whether it holds. A move of
+one factor's levels changes only that factor's ``ψ``: by ``D^{1/2}δ`` (or ``E^{1/2}δ``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg
+
+from pymc_subsample.bounds import CrossedRows, crossed_level_rows
+from pymc_subsample.model.frame import LevelFrame
+from pymc_subsample.model.glm_pass import GLMPass
+from pymc_subsample.model.levels import LevelHessian, LevelLayout, SplitRows
+
+__all__ = ["CrossedCoordinates", "crossed_rows", "second_factor", "splits_one_predictor"]
+
+
+def second_factor(lik, layout: LevelLayout, hess_sum: LevelHessian, hyper: np.ndarray
+                  ) -> LevelLayout | None:
+    """The largest vector variable (two or more coordinates) among the fixed coordinates
+    whose data Hessian block is diagonal and not zero, no coordinate of it in ``hyper``: a
+    second factor's levels, each row on one of them at most (:class:`CrossedCoordinates`
+    checks every row); None when there is none."""
+    fixed_pos = {int(j): p for p, j in enumerate(layout.fixed)}
+    held = set(int(j) for j in hyper)
+    best, offset = None, 0
+    for _, shape in lik._ravel_info:
+        size = int(np.prod(shape, dtype=int))
+        start, offset = offset, offset + size
+        span = range(start, start + size)
+        if len(shape) != 1 or size < 2 or any(j not in fixed_pos or j in held for j in span):
+            continue
+        pos = [fixed_pos[j] for j in span]
+        block = hess_sum.block[np.ix_(pos, pos)]
+        if np.count_nonzero(block - np.diag(np.diag(block))) or not np.all(np.diag(block)):
+            continue
+        if best is None or size > best.n_levels:
+            best = LevelLayout(start, start + size, layout.dim)
+    return best
+
+
+class CrossedCoordinates:
+    """The bound's coordinates ``ψ = (ψ_U, ψ_V, ψ_R)`` of a frame with a second factor
+    (module docstring).
+
+    Parameters
+    ----------
+    frame : LevelFrame
+        The Laplace frame (the first factor split, the second in its fixed block).
+    second : LevelLayout
+        The second factor's levels in ``θ``.
+    hyper : ndarray of int
+        The coordinates no row reads (left out of ``ψ_R``: at ``θ̂`` for the rows).
+
+    Raises
+    ------
+    ValueError
+        Where the precision's diagonal on a level is not positive.
+    """
+
+    def __init__(self, frame: LevelFrame, second: LevelLayout, hyper: np.ndarray) -> None:
+        lay, prec = frame.layout, frame.precision
+        fixed = lay.fixed
+        in_second = (fixed >= second.start) & (fixed < second.stop)
+        rest = ~in_second & ~np.isin(fixed, hyper)
+        self.layout, self.second, self.theta_hat = lay, second, frame.theta_hat
+        self.n_levels, self.n_levels2 = lay.n_levels, second.n_levels
+        self._pos2, self._pos_rest = np.flatnonzero(in_second), np.flatnonzero(rest)
+        self._idx2, self._idx_rest = fixed[in_second], fixed[rest]
+        self._pos_held = np.flatnonzero(~in_second & ~rest)
+        #: ``d_R``
+        self.dense_dim = int(self._pos_rest.size)
+        self._d1 = prec.diag
+        self._c1 = prec.coupling[:, self._pos_rest]
+        self._d2 = np.diag(prec.block)[self._pos2].copy()
+        self._c2 = prec.block[np.ix_(self._pos2, self._pos_rest)]
+        if not (np.all(self._d1 > 0.0) and np.all(self._d2 > 0.0)):
+            raise ValueError("the precision's diagonal is not positive on every level")
+        self._sqrt_d1, self._sqrt_d2 = np.sqrt(self._d1), np.sqrt(self._d2)
+        cov = frame.fixed_covariance()[np.ix_(self._pos_rest, self._pos_rest)]
+        # K Kᵀ = (V_RR)⁻¹: L_V L_Vᵀ = V_RR gives K = L_V^{-⊤}, and K⁻¹ = L_Vᵀ
+        chol_cov = scipy.linalg.cholesky(cov, lower=True)
+        self._k = scipy.linalg.solve_triangular(chol_cov, np.eye(self.dense_dim), lower=True,
+                                                trans="T")
+        self._k_inv_t = chol_cov  # (K⁻¹)ᵀ = L_V: γ_i as a row is g_i L_V
+
+    @property
+    def second_scale(self) -> np.ndarray:
+        """``E^{1/2}``: ``∂ψ_{V,l}/∂v_l``."""
+        return self._sqrt_d2
+
+    @property
+    def second_precision(self) -> np.ndarray:
+        """``E``, the precision's diagonal on the second factor's levels."""
+        return self._d2
+
+    def point(self, theta: np.ndarray) -> np.ndarray:
+        """``ψ(θ)``, shape ``(G + G₂ + d_R,)``: O((G + G₂)·d_R)."""
+        delta = np.asarray(theta, dtype=np.float64) - self.theta_hat
+        rest = delta[self._idx_rest]
+        lay = self.layout
+        return np.concatenate([
+            self._sqrt_d1 * delta[lay.start : lay.stop] + (self._c1 @ rest) / self._sqrt_d1,
+            self._sqrt_d2 * delta[self._idx2] + (self._c2 @ rest) / self._sqrt_d2,
+            self._k.T @ rest])
+
+    def rows(self, x: SplitRows) -> tuple[np.ndarray, ...] | None:
+        """``(γ, α, k, β, l)`` of split rows (module docstring), or None when a row reads two
+        of the second factor's levels or a held coordinate."""
+        fixed = x.fixed
+        second = fixed[:, self._pos2]
+        if (np.any(np.count_nonzero(second, axis=1) > 1)
+                or np.any(fixed[:, self._pos_held] != 0.0)):
+            return None
+        n = fixed.shape[0]
+        level2 = np.argmax(np.abs(second), axis=1) if self.n_levels2 else np.zeros(n, int)
+        r = second[np.arange(n), level2]
+        t, level = x.value, x.level
+        g = (fixed[:, self._pos_rest] - (t / self._d1[level])[:, None] * self._c1[level]
+             - (r / self._d2[level2])[:, None] * self._c2[level2])
+        return (g @ self._k_inv_t, t / self._sqrt_d1[level], level, r / self._sqrt_d2[level2],
+                level2)
+
+
+def splits_one_predictor(data_pass) -> bool:
+    """Whether the pass is one observed variable of one affine predictor split by level, whose
+    family's bound holds on the whole line: what :func:`crossed_rows` reads."""
+    if not isinstance(data_pass, GLMPass) or data_pass.levels is None:
+        return False
+    if len(data_pass.terms) != 1:
+        return False
+    (term,) = data_pass.terms
+    return term.curvature is None and not term.family.region_only
+
+
+def crossed_rows(data_pass, coords: CrossedCoordinates, theta_hat: np.ndarray, order: int
+                 ) -> CrossedRows | None:
+    """The crossed bound's pieces of all N rows at ``θ̂`` (one pass over the data) when
+    :func:`splits_one_predictor`, or None where a row reads two of the second factor's
+    levels."""
+    (term,) = data_pass.terms
+    lik = data_pass.lik
+    out = CrossedRows.empty(lik.n_rows, coords.n_levels, coords.n_levels2, order)
+    dense_weight = float(np.sqrt(max(coords.dense_dim, 1)))
+    for chunk in lik.row_chunks():
+        _, (piece,) = data_pass.rows(theta_hat, chunk, check=False)
+        x, _, _, y, eta_hat, params, _ = piece
+        parts = coords.rows(x)
+        if parts is None:
+            return None
+        dense, first, level, second, level2 = parts
+        norms = np.sqrt(np.einsum("ij,ij->i", dense, dense) + first**2 + second**2)
+        sup = term.family.row_sup(order, norms, y, params, eta_hat=eta_hat) / lik.temperature
+        out.fill(chunk, crossed_level_rows(order, sup, dense, first, level, second, level2,
+                                           dense_weight))
+    return out

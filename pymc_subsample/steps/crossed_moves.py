@@ -1,0 +1,177 @@
+r"""Moves of a second, crossed grouping factor's levels (``docs/methods/mhss.md``, "Rows on two
+crossed factors").
+
+With random intercepts on two factors, ``η_i = x_{F,i}ᵀθ_F + t_i u_{k_i} + r_i v_{l_i}``, the
+second factor's levels ``v`` are independent given everything else when their prior is
+elementwise (:class:`~pymc_subsample.model.levels.LevelPrior`) and each row reads one of them:
+:class:`SecondFactorMoves` moves all of them at once with ``G₂`` separate MHSS decisions, as
+:class:`~pymc_subsample.steps.level_moves.LevelMoves` does the first factor's. For level ``l``:
+
+- *proposal*: an independence draw from the Gaussian in ``v_l`` of the order-2 control
+  variates and its prior term expanded to second order at ``v̂_l`` (exact for a Normal prior),
+  given the held coordinates (the fixed block and the first factor's levels);
+- *stage 1*: ``Δp_l + Σ_{i∈l} r̂_i + log q-ratio``, from the per-level sums of the Hessian:
+  its diagonal on ``v``, its rows on the fixed block and on ``u`` (the co-occurrence of the two
+  factors, ``Σ_{i: k_i = k, l_i = l} f''_i t_i r_i``);
+- *stage 2*: Poisson thinning of its own rows with the crossed bound's rates
+  (:class:`~pymc_subsample.bounds.crossed.CrossedLevelRates`), or all its rows where they
+  reach their number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from pymc_subsample.bounds import CrossedBound
+from pymc_subsample.kernels.mhss import mhss_accept_levels
+from pymc_subsample.model.crossed import (
+    CrossedCoordinates,
+    crossed_rows,
+    second_factor,
+    splits_one_predictor,
+)
+from pymc_subsample.model.levels import LevelHessian, LevelPrior
+from pymc_subsample.steps.level_moves import LevelSweep
+
+__all__ = ["CrossedLevels", "SecondFactorMoves", "crossed_levels"]
+
+
+class SecondFactorMoves:
+    """Per-level MHSS moves of the second factor's levels (module docstring).
+
+    Parameters
+    ----------
+    coords : CrossedCoordinates
+    prior : LevelPrior
+        The second factor's level prior.
+    bound : CrossedBound
+    grad_sum : ndarray, shape (d,)
+        ``Σ_i ∇ℓ_i(θ̂)``.
+    hess_sum : LevelHessian
+        ``Σ_i ∇²ℓ_i(θ̂)`` (the first factor split, the second in its fixed block).
+    order : {1, 2}
+    """
+
+    def __init__(self, coords: CrossedCoordinates, prior: LevelPrior, bound: CrossedBound,
+                 grad_sum: np.ndarray, hess_sum: LevelHessian, order: int) -> None:
+        self.coords, self.prior, self.bound, self.order = coords, prior, bound, order
+        lay, second = coords.layout, coords.second
+        self._levels = slice(second.start, second.stop)
+        self._first = slice(lay.start, lay.stop)
+        self._fixed = lay.fixed
+        pos = np.flatnonzero((lay.fixed >= second.start) & (lay.fixed < second.stop))
+        self._grad = np.asarray(grad_sum, dtype=np.float64)[self._levels]
+        self._diag = hess_sum.block[pos, pos].copy()
+        # the rows of the data Hessian on the other fixed coordinates (its own block is
+        # diagonal: a row reads one level) and on the first factor's levels
+        block = hess_sum.block[pos].copy()
+        block[:, pos] = 0.0
+        self._to_fixed, self._to_first = block, hess_sum.coupling[:, pos].T.copy()
+        self._theta_hat = coords.theta_hat
+        self.n_levels = second.n_levels
+
+    def _held_sum(self, theta: np.ndarray) -> np.ndarray:
+        """``Σ_j H_{lj}δ_j`` over the held coordinates ``j`` (all but the second factor's)."""
+        delta = theta - self._theta_hat
+        fixed = delta[self._fixed]
+        return self._to_fixed @ fixed + self._to_first @ delta[self._first]
+
+    def conditional_gaussian(self, theta: np.ndarray, held: np.ndarray
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """``(m_l, P_l)`` given the held coordinates (``held`` = :meth:`_held_sum`); where
+        ``P_l`` is not positive, the Laplace precision ``E_l`` around ``v̂_l``."""
+        e = self._theta_hat[self._levels]
+        at = theta.copy()
+        at[self._levels] = e
+        p1, p2 = self.prior.derivatives(at)
+        a = self._diag + p2
+        b = self._grad + held - self._diag * e + p1 - p2 * e
+        precision = -a
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ok = (precision > 0.0) & np.isfinite(precision) & np.isfinite(b)
+            mean = np.where(ok, b / precision, e)
+        return mean, np.where(ok, precision, self.coords.second_precision)
+
+    def propose(self, theta: np.ndarray, rng: np.random.Generator
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Every level's proposal ``v'_l`` and its ``log q(v_l) − log q(v'_l)``."""
+        x = theta[self._levels]
+        mean, precision = self.conditional_gaussian(theta, self._held_sum(theta))
+        x_new = mean + rng.standard_normal(self.n_levels) / np.sqrt(precision)
+        return x_new, 0.5 * precision * ((x_new - mean) ** 2 - (x - mean) ** 2)
+
+    def decide(self, theta: np.ndarray, x_new: np.ndarray, log_q_ratio: np.ndarray,
+               remainder: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], *,
+               rng_index: np.random.Generator, rng_accept: np.random.Generator) -> LevelSweep:
+        """The ``G₂`` MHSS decisions of the moves ``v_l → v'_l`` (``remainder(θ, θ', idx)``
+        the rows' ``ξ_i``), and the new ``θ``."""
+        lv, g = self._levels, self.n_levels
+        x = theta[lv]
+        theta_new = theta.copy()
+        theta_new[lv] = x_new
+        step = x_new - x
+        cv = self._grad * step
+        if self.order == 2:
+            x_hat = self._theta_hat[lv]
+            cv = cv + 0.5 * self._diag * ((x_new - x_hat) ** 2 - (x - x_hat) ** 2) + (
+                step * self._held_sum(theta))
+        with np.errstate(invalid="ignore"):
+            log_alpha1 = self.prior.terms(theta_new) - self.prior.terms(theta) + cv + log_q_ratio
+        psi = self.coords.point(theta)
+        psi_new = psi.copy()
+        start = self.coords.n_levels
+        psi_new[start : start + g] += self.coords.second_scale * step
+        rates = self.bound.level_rates(psi, psi_new, factor=1)
+        info = mhss_accept_levels(
+            log_alpha1, rates, remainder=lambda idx: remainder(theta, theta_new, idx),
+            rng_index=rng_index, rng_accept=rng_accept)
+        out = theta.copy()
+        out[lv] = np.where(info.accepted, x_new, x)
+        return LevelSweep(out, info, np.ones(g, dtype=bool))
+
+    def sweep(self, theta: np.ndarray,
+              remainder: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], *,
+              rng_proposal: np.random.Generator, rng_index: np.random.Generator,
+              rng_accept: np.random.Generator) -> LevelSweep:
+        """Move every level of the second factor once: :meth:`propose`, :meth:`decide`."""
+        x_new, log_q_ratio = self.propose(theta, rng_proposal)
+        return self.decide(theta, x_new, log_q_ratio, remainder, rng_index=rng_index,
+                           rng_accept=rng_accept)
+
+
+class CrossedLevels:
+    """What a step with a second factor uses: the bound's coordinates, the bound and the
+    second factor's moves."""
+
+    def __init__(self, coords: CrossedCoordinates, bound: CrossedBound,
+                 moves: SecondFactorMoves) -> None:
+        self.coords, self.bound, self.moves = coords, bound, moves
+
+
+def crossed_levels(step, frame, hyper: np.ndarray) -> CrossedLevels | str:
+    """The crossed structure of an MHSS step under construction (its level moves found), or
+    why there is none (for the log). One more pass over the data (the rows' pieces)."""
+    lik, cv = step.likelihood, step.control_variate
+    if math.isfinite(step.region_radius) or not splits_one_predictor(step._reference_pass):
+        return ("the rows are not one affine predictor split by level, or the family's bound "
+                "holds on a region of the frame only")
+    second = second_factor(lik, frame.layout, cv.hess_sum, hyper)
+    if second is None:
+        return "no second grouping factor among the fixed coordinates"
+    prior = LevelPrior.build(lik, second)
+    if prior is None:
+        return "the second factor's prior is not elementwise given the other parameters"
+    try:
+        coords = CrossedCoordinates(frame, second, hyper)
+    except (ValueError, np.linalg.LinAlgError) as err:
+        return f"no coordinates for the bound ({err})"
+    rows = crossed_rows(step._reference_pass, coords, step.theta_hat, step.cv_order)
+    step.setup_profile["full_data_passes"] += 1  # (a part of one where it stops early)
+    if rows is None:
+        return "a row reads two levels of the second factor"
+    bound = CrossedBound(rows, coords.dense_dim)
+    moves = SecondFactorMoves(coords, prior, bound, cv.grad_sum, cv.hess_sum, step.cv_order)
+    return CrossedLevels(coords, bound, moves)

@@ -1,0 +1,264 @@
+"""Rows on two crossed grouping factors (``pymc_subsample.bounds.crossed``,
+``pymc_subsample.model.crossed``, ``pymc_subsample.steps.crossed_moves``; docs/methods/mhss.md
+"Rows on two crossed factors").
+
+The crossed rates against remainders from the logistic formula on random pairs of the three
+kinds of move (one factor's levels, the other's, all coordinates): bound, symmetry, each level's
+envelope; the bound's coordinates reproduce every row's displacement, and the step's rates
+bound the true remainders on all rows; the second factor's per-level decisions satisfy detailed
+balance against the model's own density; the posterior against the stored NUTS reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.special import expit
+
+import pymc_subsample as pms
+from pymc_subsample.bounds import CrossedBound, CrossedRows, crossed_level_rows, family
+from pymc_subsample.steps.crossed_moves import SecondFactorMoves
+from tests.family_checks import check_posterior
+from tests.make_glm_references import CROSSED_GROUPS, crossed_model
+from tests.pairs import assert_poisson_counts, poisson_process_counts
+
+G1, G2, D_R, N_ROWS = 40, 12, 4, 3000
+
+
+def _crossed_rows(rng, order):
+    """Whitened rows on a level of each factor, η̂, y and their crossed bound (logistic)."""
+    n = N_ROWS
+    dense = rng.normal(size=(n, D_R)) * 10 ** rng.uniform(-3, -1, size=(n, 1))
+    first = 10 ** rng.uniform(-1.5, -0.5, n)
+    second = 10 ** rng.uniform(-2.0, -1.0, n) * (rng.uniform(size=n) < 0.9)
+    level, level2 = rng.integers(0, G1, n), rng.integers(0, G2, n)
+    eta_hat = rng.normal(size=n)
+    y = rng.binomial(1, expit(eta_hat)).astype(float)
+    sup = family("bernoulli_logit").row_sup(order, np.ones(n), y)
+    pieces = crossed_level_rows(order, sup, dense, first, level, second, level2,
+                                math.sqrt(D_R))
+    rows = CrossedRows(*pieces, n_levels=G1, n_levels2=G2, order=order)
+    return (dense, first, level, second, level2), eta_hat, y, CrossedBound(rows, D_R)
+
+
+def _displacement(rows, psi):
+    dense, first, level, second, level2 = rows
+    return first * psi[level] + second * psi[G1 + level2] + dense @ psi[G1 + G2:]
+
+
+def _remainders(order, eta_hat, y, a, a_new):
+    def f(eta):
+        return y * eta - np.logaddexp(0.0, eta)
+    p = expit(eta_hat)
+    taylor = (y - p) * (a_new - a)
+    if order == 2:
+        taylor = taylor + 0.5 * (-p * (1 - p)) * (a_new**2 - a**2)
+    return f(eta_hat + a_new) - f(eta_hat + a) - taylor
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_crossed_rates_bound_the_remainders_on_random_pairs(order):
+    """Moves of the first factor's levels, of the second's and of everything, 0.05 to 5 sds:
+    ``|ξ_i| ≤ B_i``, ``B_i`` symmetric in the pair, under each level's envelope."""
+    rng = np.random.default_rng(order)
+    rows, eta_hat, y, bound = _crossed_rows(rng, order)
+    dim, every = G1 + G2 + D_R, np.arange(N_ROWS)
+    worst = np.zeros(3)
+    for k in range(1500):
+        size, kind = 0.05 * 100 ** (k / 1499), k % 3
+        psi = size * rng.standard_normal(dim) * 3.0 / math.sqrt(dim)
+        psi_new = psi.copy()
+        moved = [slice(0, G1), slice(G1, G1 + G2), slice(0, dim)][kind]
+        psi_new[moved] += size * rng.uniform(0.05, 2.0) * rng.standard_normal(
+            moved.stop - moved.start)
+        b = bound.row_rates(bound.factors(psi, psi_new), every)
+        xi = _remainders(order, eta_hat, y, _displacement(rows, psi),
+                         _displacement(rows, psi_new))
+        assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-13), k
+        worst[kind] = max(worst[kind], float(np.max(np.abs(xi) / np.where(b > 0, b, np.inf))))
+        back = bound.row_rates(bound.factors(psi_new, psi), every)
+        np.testing.assert_allclose(back, b, rtol=1e-12)
+        for factor in (0, 1):
+            rates = (bound.level_rates(psi, psi_new, factor) if kind == factor
+                     else bound.category_rates(psi, psi_new) if factor == 0 else None)
+            if rates is None:
+                continue
+            level = (bound.level if factor == 0 else bound.level2)
+            ceiling = bound.sampler.weights * rates._envelope[level]
+            assert np.all(b <= ceiling * (1 + 1e-12)), (k, factor)
+    assert np.all(worst > 0.02), worst
+
+
+@pytest.mark.parametrize("factor", [0, 1])
+def test_crossed_level_rates_draw_a_poisson_process_per_level(factor):
+    """One factor's levels moved: each chosen level's draws are a Poisson process of rates
+    ``B_i`` on its rows (drawn by weight, thinned), none from the levels not chosen; the
+    category rates of a move of everything likewise."""
+    rng = np.random.default_rng(3 + factor)
+    _, _, _, bound = _crossed_rows(rng, 2)
+    dim = G1 + G2 + D_R
+    psi = rng.standard_normal(dim)
+    psi_new = psi.copy()
+    moved = slice(0, G1) if factor == 0 else slice(G1, G1 + G2)
+    psi_new[moved] += 3.0 * rng.standard_normal(moved.stop - moved.start)
+    rates = bound.level_rates(psi, psi_new, factor)
+    b = bound.row_rates(bound.factors(psi, psi_new), np.arange(N_ROWS))
+    level = bound.level if factor == 0 else bound.level2
+    g = G1 if factor == 0 else G2
+    chosen = np.arange(g) % 3 != 0
+    assert not rates.fallback.any()
+    counts, reps = np.zeros(N_ROWS), 3000
+    for _ in range(reps):
+        idx, lev, kept = rates.draw(rng, chosen)
+        np.testing.assert_array_equal(lev, level[idx])
+        np.testing.assert_allclose(kept, b[idx], rtol=1e-12)
+        counts += np.bincount(idx, minlength=N_ROWS)
+    in_chosen = chosen[level]
+    assert counts[~in_chosen].sum() == 0
+    assert_poisson_counts(counts[in_chosen], b[in_chosen] * reps, least=20)
+    if factor == 0:
+        psi_new = 0.8 * psi + 0.6 * rng.standard_normal(dim)
+        every = bound.category_rates(psi, psi_new)
+        counts, expected = poisson_process_counts(every, N_ROWS, rng, reps=3000)
+        assert_poisson_counts(counts, expected, least=20)
+
+
+@pytest.fixture(scope="module")
+def crossed_step():
+    model = crossed_model(3000, seed=3)
+    with model:
+        step = pms.MHSS()
+    assert step.second_moves is not None and step.level_moves is not None
+    return model, step
+
+
+def test_crossed_coordinates_give_every_rows_displacement(crossed_step):
+    """``x_iᵀ(θ − θ̂) = α_i ψ_{U,k_i} + β_i ψ_{V,l_i} + γ_iᵀψ_R`` on all rows, at Laplace
+    draws (the scales, which no row reads, anywhere)."""
+    _, step = crossed_step
+    coords, data_pass = step.second_moves.coords, step._reference_pass
+    idx = np.arange(step.likelihood.n_rows)
+    _, (piece,) = data_pass.rows(step.theta_hat, idx, check=False)
+    x = piece[0]
+    dense, first, level, second, level2 = coords.rows(x)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        theta = step.setup.laplace_draw(rng, step.theta_hat)
+        psi = coords.point(theta)
+        g = coords.n_levels
+        got = (first * psi[level] + second * psi[g + level2]
+               + dense @ psi[g + coords.n_levels2:])
+        np.testing.assert_allclose(got, x.dense() @ (theta - step.theta_hat), atol=1e-10)
+
+
+def test_step_rates_bound_the_true_remainders(crossed_step):
+    """The step's own moves (the fixed block's, each factor's levels) from Laplace draws:
+    the crossed bound's ``B_i`` against the model's remainders on every row."""
+    _, step = crossed_step
+    lik, bound, moves = step.likelihood, step.rate_bound, step.second_moves
+    assert isinstance(bound, CrossedBound)
+    every = np.arange(lik.n_rows)
+    rng = np.random.default_rng(1)
+    lv = slice(step.frame.layout.start, step.frame.layout.stop)
+    for k in range(12):
+        theta = step.setup.laplace_draw(rng, step.theta_hat)
+        if k % 3 == 0:
+            theta_new = step.frame.unwhiten(step.proposal.propose(rng, step.frame.whiten(theta))[0])
+        elif k % 3 == 1:
+            theta_new = theta.copy()
+            theta_new[lv] += rng.normal(size=lv.stop - lv.start) / step.frame.level_scale
+        else:
+            theta_new = theta.copy()
+            theta_new[moves._levels] = moves.propose(theta, rng)[0]
+        psi = step.level_moves.rows_phi(theta)
+        psi_new = step.level_moves.rows_phi(theta_new)
+        b = bound.row_rates(bound.factors(psi, psi_new), every)
+        xi = step.control_variate.remainder(theta, theta_new, every)
+        assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-12), k
+
+
+def test_second_factor_decisions_satisfy_detailed_balance(crossed_step):
+    r"""Each of the second factor's levels decided from its own subsampled rows: for moves
+    ``v_l → v'_l`` (every level at once, a symmetric pair: q-ratio 0),
+    ``P(accept θ → θ') / P(accept θ' → θ)`` from 2000 decisions each way is ``π(θ'_l)/π(θ)``
+    of the model's own density on all rows, level by level (|z| < 4.5 on the levels whose
+    rows' ``|Σξ_i| > 0.05``, so that a decision on stage 1 alone would fail)."""
+    model, step = crossed_step
+    moves: SecondFactorMoves = step.second_moves
+    lik = step.likelihood
+    logp = model.compile_logp()
+
+    def log_pi(theta):
+        return float(logp(lik.unravel(theta)))
+
+    rng = np.random.default_rng(4)
+    rng_index, rng_accept = np.random.default_rng(5), np.random.default_rng(6)
+    remainder = step.control_variate.remainder
+    lv, g = moves._levels, moves.n_levels
+    every = np.arange(lik.n_rows)
+    checked, reps = 0, 2000
+    for _ in range(4):
+        theta = step.setup.laplace_draw(rng, step.theta_hat)
+        x_new = theta[lv] + rng.choice([-1.0, 1.0], g) * rng.uniform(1.0, 2.5, g) * np.sqrt(
+            1.0 / moves.coords.second_precision)
+        theta_new = theta.copy()
+        theta_new[lv] = x_new
+        zero = np.zeros(g)
+        forward = np.zeros(g)
+        backward = np.zeros(g)
+        for _ in range(reps):
+            forward += moves.decide(theta, x_new, zero, remainder, rng_index=rng_index,
+                                    rng_accept=rng_accept).info.accepted
+            backward += moves.decide(theta_new, theta[lv], zero, remainder,
+                                     rng_index=rng_index, rng_accept=rng_accept).info.accepted
+        forward, backward = forward / reps, backward / reps
+        xi = remainder(theta, theta_new, every)
+        xi_sum = np.bincount(step.rate_bound.level2, xi, minlength=g)
+        base = log_pi(theta)
+        for level in range(g):
+            one = theta.copy()
+            one[lv.start + level] = x_new[level]
+            log_r = log_pi(one) - base
+            f, b = forward[level], backward[level]
+            if abs(xi_sum[level]) < 0.05 or not (0.05 < min(f, b) and max(f, b) < 1.0):
+                continue
+            sd = math.sqrt((1 - f) / (reps * f) + (1 - b) / (reps * b))
+            z = (math.log(f / b) - log_r) / sd
+            assert abs(z) < 4.5, (level, f, b, math.exp(log_r), xi_sum[level])
+            checked += 1
+    assert checked >= 8, checked
+
+
+def test_a_second_factor_read_twice_keeps_the_one_factor_moves():
+    """``v[g2] + v[g3]``: a row on two levels of the second factor couples them in the data
+    Hessian, so it is no second factor; the step keeps the one-factor level moves."""
+    rng = np.random.default_rng(2)
+    n = 1500
+    X = np.column_stack([np.ones(n), rng.normal(size=n)])
+    g1, g2, g3 = rng.integers(0, 70, n), rng.integers(0, 8, n), rng.integers(0, 8, n)
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 5.0, shape=2)
+        u = pm.Normal("u", 0.0, pm.HalfNormal("s_u", 1.0), shape=70)
+        v = pm.Normal("v", 0.0, pm.HalfNormal("s_v", 1.0), shape=8)
+        pm.Bernoulli("y", logit_p=pm.Data("X", X) @ b + u[pm.Data("g1", g1)]
+                     + v[pm.Data("g2", g2)] + v[pm.Data("g3", g3)],
+                     observed=rng.binomial(1, 0.4, n))
+        step = pms.MHSS()
+    assert step.level_moves is not None and step.second_moves is None
+    assert not isinstance(step.rate_bound, CrossedBound)
+
+
+@pytest.mark.slow
+def test_crossed_factors_match_nuts():
+    """Crossed random intercepts (the bound on two levels, both factors' level moves, the
+    fixed block's move, the scales) against the stored NUTS reference, every coordinate."""
+    model = crossed_model(6000, seed=7)
+    with model:
+        step = pms.MHSS()
+    assert step.second_moves is not None
+    check_posterior(model, step, "random_effects_crossed", others=("u", "v", "s_u", "s_v"),
+                    max_rows=200, case=(6000, 3, 7), draws=3000)
+    assert CROSSED_GROUPS == (70, 12)
