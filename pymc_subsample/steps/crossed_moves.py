@@ -34,7 +34,7 @@ from pymc_subsample.model.crossed import (
     splits_one_predictor,
 )
 from pymc_subsample.model.levels import LevelHessian, LevelPrior
-from pymc_subsample.steps.level_moves import LevelSweep
+from pymc_subsample.steps.level_moves import LevelSweep, level_stage_one
 
 __all__ = ["CrossedLevels", "SecondFactorMoves", "crossed_levels"]
 
@@ -110,16 +110,9 @@ class SecondFactorMoves:
         the rows' ``ξ_i``), and the new ``θ``."""
         lv, g = self._levels, self.n_levels
         x = theta[lv]
-        theta_new = theta.copy()
-        theta_new[lv] = x_new
-        step = x_new - x
-        cv = self._grad * step
-        if self.order == 2:
-            x_hat = self._theta_hat[lv]
-            cv = cv + 0.5 * self._diag * ((x_new - x_hat) ** 2 - (x - x_hat) ** 2) + (
-                step * self._held_sum(theta))
-        with np.errstate(invalid="ignore"):
-            log_alpha1 = self.prior.terms(theta_new) - self.prior.terms(theta) + cv + log_q_ratio
+        theta_new, step, log_alpha1 = level_stage_one(
+            self.prior, theta, lv, x_new, log_q_ratio, self._grad, self._diag,
+            self._theta_hat, self.order, lambda: self._held_sum(theta))
         psi = self.coords.point(theta)
         psi_new = psi.copy()
         start = self.coords.n_levels

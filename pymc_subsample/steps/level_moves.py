@@ -53,6 +53,7 @@ __all__ = [
     "LevelStructure",
     "LevelSweep",
     "ScaleMove",
+    "level_stage_one",
     "level_structure",
     "level_third_sums",
 ]
@@ -65,6 +66,27 @@ class LevelSweep(NamedTuple):
     info: LevelsInfo
     #: the levels moved (all, unless a fraction of them is moved each iteration)
     moved: np.ndarray
+
+
+def level_stage_one(prior: LevelPrior, theta: np.ndarray, levels: np.ndarray,
+                    x_new: np.ndarray, log_q_ratio: np.ndarray, grad: np.ndarray,
+                    diag: np.ndarray, theta_hat: np.ndarray, order: int,
+                    held: Callable[[], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(θ', v' − v, log α₁)`` of the moves ``v_k → v'_k`` of one factor's ``levels``, each
+    decided on its own: the levels' prior terms, the control variates' order-1 (``grad``) and
+    order-2 terms (``diag``, and ``held()``, each level's Hessian coupling to the coordinates
+    the move holds, times ``θ − θ̂`` there) and the proposal ratio ``log_q_ratio``."""
+    x = theta[levels]
+    theta_new = theta.copy()
+    theta_new[levels] = x_new
+    step = x_new - x
+    cv = grad * step
+    if order == 2:
+        x_hat = theta_hat[levels]
+        cv = cv + 0.5 * diag * ((x_new - x_hat) ** 2 - (x - x_hat) ** 2) + (step * held())
+    with np.errstate(invalid="ignore"):
+        log_alpha1 = prior.terms(theta_new) - prior.terms(theta) + cv + log_q_ratio
+    return theta_new, step, log_alpha1
 
 
 class LevelMoves:
@@ -187,17 +209,10 @@ class LevelMoves:
         x_new = np.where(chosen, x_new, x)
         log_q_ratio = np.where(chosen, 0.5 * precision * ((x_new - mean) ** 2 - (x - mean) ** 2),
                                0.0)
-        theta_new = theta.copy()
-        theta_new[lv] = x_new
-        step = x_new - x
-        cv = self._grad * step
-        if self.order == 2:
-            x_hat = self._theta_hat[lv]
-            delta_fixed = theta[self._fixed] - self._theta_hat[self._fixed]
-            cv = cv + 0.5 * self._diag * ((x_new - x_hat) ** 2 - (x - x_hat) ** 2) + (
-                step * (self._coupling @ delta_fixed))
-        with np.errstate(invalid="ignore"):
-            log_alpha1 = self.prior.terms(theta_new) - self.prior.terms(theta) + cv + log_q_ratio
+        theta_new, step, log_alpha1 = level_stage_one(
+            self.prior, theta, lv, x_new, log_q_ratio, self._grad, self._diag,
+            self._theta_hat, self.order,
+            lambda: self._coupling @ (theta[self._fixed] - self._theta_hat[self._fixed]))
         phi_new = phi.copy()
         phi_new[:g] = phi[:g] + self.frame.level_scale * step
         rates = self.bound.level_rates(phi, phi_new)
