@@ -312,18 +312,20 @@ class MHSS(SubsamplingStep):
         self._non_finite = False
         if self.scale_move is not None:
             theta = self._scale_step(theta, stats)
-        remainder = self.control_variate.remainder
+        cv_remainder = self.control_variate.remainder
+
+        def remainder(t: np.ndarray, t_new: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            return self._finite_or_reject(cv_remainder(t, t_new, idx))
+
         sweep = self.level_moves.sweep(
-            theta, self.level_moves.rows_phi(theta),
-            lambda t, t_new, idx: self._finite_or_reject(remainder(t, t_new, idx)),
+            theta, self.level_moves.rows_phi(theta), remainder,
             rng_proposal=self.rng_proposal, rng_index=self.rng_index,
             rng_accept=self.rng_accept)
         self._level_stats(sweep, stats, "level_accept")
         theta = sweep.theta
         if self.second_moves is not None:
             sweep = self.second_moves.sweep(
-                theta, lambda t, t_new, idx: self._finite_or_reject(remainder(t, t_new, idx)),
-                rng_proposal=self.rng_proposal, rng_index=self.rng_index,
+                theta, remainder, rng_proposal=self.rng_proposal, rng_index=self.rng_index,
                 rng_accept=self.rng_accept)
             self._level_stats(sweep, stats, "level2_accept")
             theta = sweep.theta
@@ -338,9 +340,15 @@ class MHSS(SubsamplingStep):
         stats[accept] = (float(np.count_nonzero(info.accepted & sweep.moved)) / moved
                          if moved else np.nan)
         stats["level_rows"] += info.n_data
-        stats["n_data"] += info.n_data
-        stats["clipped"] += info.clipped
-        if info.fallbacks and not stats["full_data_fallback"]:
+        self._count_move(stats, info.n_data, info.clipped, bool(info.fallbacks))
+
+    def _count_move(self, stats: dict[str, Any], n_data: int, clipped: int,
+                    fell_back: bool) -> None:
+        """One more move of this iteration in its stats: its rows, its clipped rates, and
+        whether it was decided on all rows (counted once an iteration after tuning)."""
+        stats["n_data"] += n_data
+        stats["clipped"] += clipped
+        if fell_back and not stats["full_data_fallback"]:
             stats["full_data_fallback"] = True
             if not self.tune:  # one move of this iteration counted as decided on all rows
                 self.fallbacks_after_tuning += 1
@@ -355,12 +363,7 @@ class MHSS(SubsamplingStep):
         if self.tune and self._adapt:
             move.adapt(info.accepted)
         stats["scale_accept"] = info.accepted
-        stats["n_data"] += info.n_data
-        stats["clipped"] += info.clipped
-        if info.full_data_fallback and not stats["full_data_fallback"]:
-            stats["full_data_fallback"] = True
-            if not self.tune:  # one move of this iteration counted as decided on all rows
-                self.fallbacks_after_tuning += 1
+        self._count_move(stats, info.n_data, info.clipped, bool(info.full_data_fallback))
         return theta_new if info.accepted else theta
 
     def _scale_decision(self, theta: np.ndarray, theta_new: np.ndarray,
