@@ -134,19 +134,13 @@ class RowSource:
         unchecked = self.__dict__.get("_unchecked_blocks")
         if unchecked is None:
             return values
-        covered = None
-        if start is not None:
-            # the blocks the rows touch, and those they cover whole
-            touched = slice(start // BLOCK_ROWS, -(-stop // BLOCK_ROWS))
-            if not unchecked[touched].any():
-                return values
-            covered = self._blocks_within(start, stop)
+        # consecutive rows whose blocks have all been checked are not checked again
+        if start is not None and not unchecked[start // BLOCK_ROWS : -(-stop // BLOCK_ROWS)].any():
+            return values
         if not np.isfinite(values).all():
             raise SubsamplingModelError(self._finite_message)
-        if covered is not None:
-            unchecked[covered] = False
-            if not unchecked.any():
-                self._unchecked_blocks = None
+        if start is not None:
+            self.mark_checked(start, stop)
         return values
 
     def finish_finite_check(self) -> None:
@@ -166,8 +160,9 @@ class RowSource:
         self._unchecked_blocks = None
 
     def mark_checked(self, start: int, stop: int) -> None:
-        """Rows ``start:stop`` were checked elsewhere (by a copy of this source in a Dask
-        worker, :meth:`checked` on the rows it was handed)."""
+        """Rows ``start:stop`` have been checked (by :meth:`checked`, here or by a copy of
+        this source in a Dask worker on the rows it was handed): the blocks they cover whole
+        are not checked again."""
         unchecked = self.__dict__.get("_unchecked_blocks")
         if unchecked is not None:
             unchecked[self._blocks_within(start, stop)] = False
