@@ -138,3 +138,31 @@ def test_the_family_check_is_numpy_calls_beside_a_compiled_pass(monkeypatch):
     with pytest.raises(SubsamplingModelError, match="'y' was read as a GLM"):
         data_pass.rows(theta, idx, check=True)
     data_pass.rows(theta, idx, check=False)  # no check, no comparison
+
+
+def test_the_family_check_reads_each_row_once(monkeypatch):
+    """A list of subsample rows is checked the first time a pass reads it (the reference
+    fit's Newton steps read the same list at each step), all rows on the first full pass,
+    then nothing."""
+    monkeypatch.setenv("PYMC_SUBSAMPLE_THREADS", "1")
+    lik = SubsampledLikelihood(_model(3000, normal=False))
+    data_pass = GLMPass(lik)
+    checked, check_fn = [], data_pass._check_fn
+
+    def counted(theta, rows):
+        checked.append(rows.size)
+        return check_fn(theta, rows)
+
+    data_pass._check_fn = counted
+    theta = np.zeros(lik.dim)
+    chunks = [np.arange(0, 500), np.arange(700, 1200)]
+    data_pass.full(theta, idx_chunks=chunks)
+    data_pass.full(theta + 0.1, idx_chunks=chunks)
+    assert checked == [500, 500]
+    data_pass.full(theta, idx_chunks=[np.arange(0, 100)])
+    assert checked == [500, 500, 100]
+    data_pass.full(theta)
+    assert sum(checked[3:]) == lik.n_rows
+    data_pass.full(theta)
+    data_pass.full(theta, idx_chunks=chunks)
+    assert sum(checked) == 1100 + lik.n_rows

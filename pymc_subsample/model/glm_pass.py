@@ -131,6 +131,8 @@ class GLMPass:
         float64 = all(v.dtype == "float64" for v in lik.value_vars)
         self._family_rtol = 1e-8 if float64 else 1e-4
         self.n_passes = 0
+        #: the lists of subsample rows checked so far (:meth:`full`)
+        self._checked_subsamples: list = []
         # a quadratic predictor's curvature functions, compiled on first use (_curvature_fn)
         # into the dict this pass shares with its thread copies; each calls its own
         self._curvature_fns: dict[str, Callable] = {}
@@ -252,8 +254,12 @@ class GLMPass:
         consts = None if order is None else self._constants_store(order, levels)
         # the family's f is compared with the model's likelihood on every row once: on the
         # subsample passes (unless check_subsamples is off) and the first full pass; f is a
-        # function of (η_i, y_i) alone, so later passes only change η
-        check = self.n_passes == 0 and (full_data or self.check_subsamples)
+        # function of (η_i, y_i) alone, so later passes only change η. The reference fit's
+        # Newton steps hand over the same list of subsample rows again: checked the first time
+        seen = not full_data and any(rows is idx_chunks for rows in self._checked_subsamples)
+        check = self.n_passes == 0 and (full_data or (self.check_subsamples and not seen))
+        if check and not full_data:
+            self._checked_subsamples.append(idx_chunks)
         if order is not None:
             for term in self.terms:
                 if term.curvature is not None:
@@ -271,6 +277,7 @@ class GLMPass:
                     consts.fill(chunk, cb)
         if full_data:
             self.n_passes += 1
+            self._checked_subsamples.clear()  # no pass checks any more
         # lik.terms is tempered already; f' and f'' come from the untempered family logp
         k = weight / lik.temperature
         hess = h.symmetrised() if isinstance(h, LevelHessian) else 0.5 * (h + h.T)
