@@ -43,10 +43,11 @@ from pymc_subsample.model.rebuild import (
     tolerance,
 )
 
-
 #: Most rows for which :func:`check_rows_independent` compares the terms with the model's own
-#: per-row log density on all N rows (an O(N) evaluation of the model's graph, about 0.06 s
-#: at 10⁶ rows); above, with our terms on the union of the check's row sets.
+#: per-row log density on all N rows, an O(N) evaluation of the model's graph; above, with
+#: our terms on the union of the check's row sets. The whole check of a logistic regression,
+#: d = 10, in CPU seconds at a load of 7-12: 0.19-0.21 (all rows) against 0.12 (the union) at
+#: 10⁶ rows, 0.9-1.3 against 0.09 at 10⁷.
 FULL_REFERENCE_ROWS = 1_000_000
 
 
