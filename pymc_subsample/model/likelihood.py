@@ -270,7 +270,7 @@ class SubsampledLikelihood:
 
     # ------------------------------------------------------------------ compiled functions
     def compile(self, inputs: list[Variable], outputs, *, once: bool = False,
-                setup: bool = False, ufuncs: bool = False):
+                setup: bool = False, ufuncs: bool = False, gil_free: bool = False):
         """Compile with PyMC's rewrites and this object's ``compile_kwargs``.
 
         Inputs are trusted (no conversion) unless the model is float32, where float32 ``θ``
@@ -284,10 +284,13 @@ class SubsampledLikelihood:
         compiled to C, without PyTensor's BLAS rewrites; ``ufuncs=True`` asks for a small one
         (the prior's ``log p0``) to run as NumPy calls instead (:data:`_UFUNC_MODE`), when
         every elementwise node is a ufunc: a few µs a call more, no C code to compile.
+        ``gil_free=True``: a function a pass calls on its threads, in :data:`_NUMPY_MODE`
+        whatever ``N`` when every elementwise node is a ufunc (NumPy's calls release the GIL,
+        PyTensor's C code does not), else compiled to C.
         """
         kwargs = dict(self.compile_kwargs)
         numpy_mode = "mode" not in kwargs and (
-            once or (setup and self.n_rows <= NUMPY_PASS_ROWS))
+            once or gil_free or (setup and self.n_rows <= NUMPY_PASS_ROWS))
         if numpy_mode:
             kwargs["mode"] = _NUMPY_MODE
         elif ufuncs and "mode" not in kwargs:
