@@ -88,6 +88,35 @@ def test_prior_hessian_with_coupled_levels_is_left_dense():
     np.testing.assert_allclose(got.dense(), -h, atol=1e-9)
 
 
+def test_prior_hessian_probes_uncoupled_vectors_together():
+    """Vectors of the fixed block uncoupled in the prior are probed as groups (a handful of
+    gradients); one coupled inside, or to another group, is probed column by column; the
+    Hessian is exact either way."""
+    layout = LevelLayout(0, 30, 60)
+    rng = np.random.default_rng(2)
+    h = np.diag(rng.uniform(1.0, 3.0, 60))
+    h[:30, 50] = h[50, :30] = 0.3  # the levels' scale
+    h[40:45, 51] = h[51, 40:45] = 0.2  # a vector's scale, a single
+    h[46, 47] = h[47, 46] = 0.1  # two coordinates of the group 45…49 coupled
+    h[36, 52] = h[52, 36] = 0.05  # the group 30…39 coupled to the group 52…59
+    calls = []
+
+    def gradient(t):
+        calls.append(1)
+        return -h @ t
+
+    groups = [(30, 40), (40, 45), (45, 50), (52, 60)]
+    got = _level_prior_hessian(gradient, np.zeros(60), layout, groups)
+    np.testing.assert_allclose(got.dense(), -h, atol=1e-9)
+    # every group probed (3 patterns, 2 gradients each); the scalars 50 and 51, the group
+    # 45…49 and the smaller of the coupled 30…39 and 52…59 by columns (2 gradients each)
+    assert len(calls) == 6 * 5 + 2 * (2 + 5 + 8)
+    calls.clear()
+    assert np.allclose(_level_prior_hessian(gradient, np.zeros(60), layout).dense(), -h,
+                       atol=1e-9)
+    assert len(calls) == 6 + 2 * 30
+
+
 @pytest.mark.parametrize("start", [0, 3])
 def test_level_frame_equals_dense_frame(start):
     rng = np.random.default_rng(start)
@@ -182,7 +211,8 @@ def test_many_levels_take_a_map_point_and_a_proposal_cov(many_levels, built):
 
 def test_crossed_factors_split_the_larger(monkeypatch):
     """Crossed random intercepts (100 × 70 levels): the larger factor is split, the smaller
-    joins the fixed block, and the pass still equals the dense one."""
+    joins the fixed block as per-row levels (its columns summed per level), and the pass and
+    its rows still equal the dense ones."""
     rng = np.random.default_rng(7)
     n = 3000
     X = np.column_stack([np.ones(n), rng.normal(size=n)])
@@ -201,8 +231,16 @@ def test_crossed_factors_split_the_larger(monkeypatch):
     names = [v.name for v in lik.value_vars]
     start = sum(lik.unravel(np.zeros(lik.dim))[nm].size for nm in names[: names.index("u")])
     assert split.levels == LevelLayout(start, start + 100, lik.dim)
+    second = split.terms[0].split.second_columns
+    assert second.stop - second.start == 70
     res = split.full(theta)
+    idx = np.arange(200, dtype=np.int64)
+    x = split.rows(theta, idx)[1][0][0]
+    assert x.second is not None and x.fixed.shape[1] == lik.dim - 100 - 70
     monkeypatch.setattr(levels_module, "MIN_SPLIT_LEVELS", 10**9)
-    ref = GLMPass(lik).full(theta)
+    dense = GLMPass(lik)
+    ref = dense.full(theta)
     np.testing.assert_allclose(res.grad, ref.grad, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(res.hess.dense(), ref.hess, rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(x.dense(), dense.rows(theta, idx)[1][0][0])
+    np.testing.assert_allclose(x.norms(), np.linalg.norm(x.dense(), axis=1), rtol=1e-12)

@@ -41,7 +41,12 @@ from pymc_subsample.bounds import (
     scalar_op,
 )
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.model.levels import LevelLayout, find_level_factor, reads_levels
+from pymc_subsample.model.levels import (
+    LevelLayout,
+    find_level_factor,
+    find_level_factors,
+    reads_levels,
+)
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.rebuild import distribution_name
 
@@ -100,13 +105,21 @@ class GLMTerm:
 class LevelSplit:
     """An affine predictor ``η_i = x_{F,i}ᵀθ_F + t_i u_{k_i} + o_i`` as graphs on the rows
     ``idx``: ``fixed_rows`` ``(n, d_F)``, ``level`` (``k_i``) and ``value`` (``t_i``), with the
-    layout of the levels in ``θ`` (:mod:`pymc_subsample.model.levels`)."""
+    layout of the levels in ``θ`` (:mod:`pymc_subsample.model.levels`).
+
+    With a second grouping factor read as ``v[h]`` (crossed random intercepts,
+    ``+ r_i v_{l_i}``), its levels stay in the fixed block but not in ``fixed_rows``:
+    ``second_columns`` are their positions among the fixed coordinates, ``level2`` and
+    ``value2`` give ``l_i`` and ``r_i`` (:class:`~pymc_subsample.model.levels.SecondLevels`).
+    """
 
     layout: LevelLayout
     fixed_rows: Variable
     level: Variable
     value: Variable
-
+    second_columns: slice | None = None
+    level2: Variable | None = None
+    value2: Variable | None = None
 
 
 def unsupported(name: str, what: str) -> SubsamplingModelError:
@@ -207,36 +220,69 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
 
 def _split_rows(eta: Variable, theta: Variable) -> LevelSplit | None:
     """The affine ``eta``'s rows split by one grouping factor (:class:`LevelSplit`), or None
-    when it has none (:func:`~pymc_subsample.model.levels.find_level_factor`).
+    when it has none (:func:`~pymc_subsample.model.levels.find_level_factor`); by two when a
+    second factor (the next most levels, two or more:
+    :func:`~pymc_subsample.model.levels.find_level_factors`) is read the same way, else by
+    the first alone."""
+    first = find_level_factor(eta, theta)
+    if first is None:
+        return None
+    factors = find_level_factors(eta, theta)
+    lay = first[0]
+    second = next((f for f in factors[1:]
+                   if f[0].stop <= lay.start or lay.stop <= f[0].start), None)
+    split = _split_by(eta, theta, first, second) if second is not None else None
+    return split if split is not None else _split_by(eta, theta, first, None)
 
-    ``u[g]`` is replaced by a free vector ``v``; ``η`` must then read no level coordinate, and
-    depend on ``v`` row by row (elementwise ops only), so ``t_i = ∂η_i/∂v_i`` (free of ``θ``
-    and ``v``: ``η`` is affine) and ``x_F`` the derivatives along the fixed coordinates.
+
+def _split_by(eta: Variable, theta: Variable, first: tuple, second: tuple | None
+              ) -> LevelSplit | None:
+    """The split by the factors ``first`` (and ``second``), as found by
+    :func:`~pymc_subsample.model.levels.find_level_factors`; None when ``η`` does not read
+    them as the split needs.
+
+    Each selection ``u[g]`` is replaced by a free vector ``v``; ``η`` must then read no level
+    coordinate of either, and depend on each ``v`` row by row (elementwise ops only), so
+    ``t_i = ∂η_i/∂v_i`` (free of ``θ`` and ``v``: ``η`` is affine) and ``x_F`` the
+    derivatives along the other fixed coordinates.
     """
-    factor = find_level_factor(eta, theta)
-    if factor is None:
-        return None
-    layout, selected, level = factor
-    v = selected.type("level_effect")
-    (eta_v,) = graph_replace([eta], {selected: v}, strict=False)
-    if reads_levels(eta_v, theta, layout) or not all(
-            isinstance(node.op, Elemwise) for node in applys_between([v], [eta_v])
-            if v in ancestors(node.inputs)):
-        return None
-    value = Rop(eta_v, v, pt.ones_like(v), use_op_rop_implementation=False)
+    factors = [first] if second is None else [first, second]
+    free = [selected.type(f"level_effect{j}") for j, (_, selected, _) in enumerate(factors)]
+    (eta_v,) = graph_replace([eta], {f[1]: v for f, v in zip(factors, free, strict=True)},
+                             strict=False)
+    for (lay, _, _), v in zip(factors, free, strict=True):
+        if reads_levels(eta_v, theta, lay) or not all(
+                isinstance(node.op, Elemwise) for node in applys_between([v], [eta_v])
+                if v in ancestors(node.inputs)):
+            return None
+    values = [Rop(eta_v, v, pt.ones_like(v), use_op_rop_implementation=False) for v in free]
+    layout = first[0]
+    fixed = layout.fixed
+    columns = None
+    if second is not None:
+        lay2 = second[0]
+        in_second = (fixed >= lay2.start) & (fixed < lay2.stop)
+        start = int(np.argmax(in_second))
+        columns = slice(start, start + lay2.n_levels)
+        fixed = fixed[~in_second]
     direction = theta.type("direction")
     along = Rop(eta_v, theta, direction, use_op_rop_implementation=False)
-    basis = pt.constant(np.eye(layout.dim)[layout.fixed])
+    basis = pt.constant(np.eye(layout.dim)[fixed])
     fixed_rows = rewrite_graph(vectorize_graph(along, {direction: basis}).T,
                                include=("canonicalize",),
                                custom_rewrite=in2out(_product_with_selection))
-    if any({theta, v} & _value_ancestors(g) for g in (value, fixed_rows)):
+    if any({theta, *free} & _value_ancestors(g) for g in (*values, fixed_rows)):
         return None
-    # v may remain for its shape only: the selection's shape it is
-    value, fixed_rows = graph_replace([value, fixed_rows], {v: selected}, strict=False)
+    # each v may remain for its shape only: the selection's shape it is
+    *values, fixed_rows = graph_replace(
+        [*values, fixed_rows], {v: f[1] for f, v in zip(factors, free, strict=True)},
+        strict=False)
     n_rows = eta.shape[0]
-    return LevelSplit(layout, pt.cast(fixed_rows, "float64"), level,
-                      pt.cast(pt.broadcast_to(value, (n_rows,)), "float64"))
+    values = [pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in values]
+    if second is None:
+        return LevelSplit(layout, pt.cast(fixed_rows, "float64"), first[2], values[0])
+    return LevelSplit(layout, pt.cast(fixed_rows, "float64"), first[2], values[0],
+                      columns, second[2], values[1])
 
 
 @node_rewriter([Elemwise])

@@ -40,7 +40,7 @@ from pymc_subsample.model.glm import (
     unsupported,
     weighted_curvature,
 )
-from pymc_subsample.model.levels import LevelHessian, SplitRows
+from pymc_subsample.model.levels import LevelHessian, SecondLevels, SplitRows
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 __all__ = ["GLMPass", "QUADRATIC_MAX_DIM", "glm_bound_constants"]
@@ -152,8 +152,10 @@ class GLMPass:
         """``Σ f``, then the rows ``x``, ``f'``, ``f''``, ``y``, ``η``, the fixed parameters
         and, for a quadratic predictor, ``Σ f'_i ∂²η_i/∂θ²``."""
         f, f1, f2 = family_terms(term, term.eta)
-        rows = ([term.split.fixed_rows, term.split.level, term.split.value]
-                if self.levels is not None else [term.rows])
+        split = term.split
+        rows = [term.rows] if self.levels is None else (
+            [split.fixed_rows, split.level, split.value]
+            + ([split.level2, split.value2] if split.second_columns is not None else []))
         out = [f.sum(), *rows, f1, f2, pt.cast(term.y, "float64"),
                pt.cast(term.eta, "float64"), *term.params]
         if term.curvature is not None:
@@ -165,10 +167,17 @@ class GLMPass:
         ``(x, f', f'', y, η, κ, Σ f'∂²η or None)``, ``x`` as :class:`SplitRows` when the pass
         splits rows by level."""
         if self.levels is not None:
-            fixed, level, value, f1, f2, y, eta, *params = outputs
+            fixed, level, value, *outputs = outputs
             # u[g] with a negative g counts from the end, as NumPy's (and PyTensor's) indexing
             level = np.where(level < 0, level + self.levels.n_levels, level)
-            x = SplitRows(np.asarray(fixed).reshape(n, -1), level, value, self.levels)
+            second = None
+            if (columns := term.split.second_columns) is not None:
+                level2, value2, *outputs = outputs
+                n2 = columns.stop - columns.start
+                second = SecondLevels(columns, np.where(level2 < 0, level2 + n2, level2),
+                                      value2)
+            f1, f2, y, eta, *params = outputs
+            x = SplitRows(np.asarray(fixed).reshape(n, -1), level, value, self.levels, second)
             return x, f1, f2, y, eta, tuple(params), None
         x, f1, f2, y, eta, *params = outputs
         curvature_sum = params.pop() if term.curvature is not None else None

@@ -67,6 +67,7 @@ def marginal_mode(
     conditional_mode: Callable[[np.ndarray], tuple[float, np.ndarray, LaplaceFrame | None]],
     hyper: np.ndarray,
     start: np.ndarray,
+    step: float | None = None,
 ) -> MarginalMode:
     """Maximise ``π̃(h)`` (module docstring) over the coordinates ``hyper`` (a mask).
 
@@ -81,6 +82,11 @@ def marginal_mode(
     start : ndarray, shape (d,)
         Where ``h`` starts (PyMC's initial point: a scale of order one) and ``r``'s first
         Newton run starts.
+    step : float, optional
+        How far ``h`` is expected to move from a warm start (the last change of a search
+        repeated on a better approximation): the first simplex's size, or Brent's bracket
+        around the start, narrowed to it (at least :data:`HYPER_TOLERANCE`); from a cold
+        start a simplex of 0.5 and a bracket of ``(h − 10, h + 5)``.
 
     Raises
     ------
@@ -101,14 +107,17 @@ def marginal_mode(
         return value - 0.5 * frame.log_det
 
     h0 = np.asarray(start, dtype=np.float64)[hyper]
+    width = 0.5 if step is None else min(0.5, max(step, 2.0 * HYPER_TOLERANCE))
     if h0.size == 1:
         # one scale: Brent's parabolic steps (bounded, for an absolute tolerance), about half
         # Nelder–Mead's evaluations
+        bounds = ((h0[0] - 10.0, h0[0] + 5.0) if step is None
+                  else (h0[0] - 4.0 * width, h0[0] + 4.0 * width))
         h_hat = np.array([scipy.optimize.minimize_scalar(
-            lambda h: -marginal(np.array([h])), bounds=(h0[0] - 10.0, h0[0] + 5.0),
+            lambda h: -marginal(np.array([h])), bounds=bounds,
             method="bounded", options={"xatol": HYPER_TOLERANCE}).x])
     else:
-        simplex = np.vstack([h0, h0 + 0.5 * np.eye(h0.size)])
+        simplex = np.vstack([h0, h0 + width * np.eye(h0.size)])
         h_hat = scipy.optimize.minimize(
             lambda h: -marginal(h), h0, method="Nelder-Mead",
             options={"initial_simplex": simplex, "xatol": HYPER_TOLERANCE,
