@@ -20,7 +20,7 @@ from pymc_subsample.model.frame import LaplaceFrame, LevelFrame, NotPositiveDefi
 from pymc_subsample.model.levels import LevelHessian, LevelLayout, SplitRows
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
-from pymc_subsample.model.reference import _level_prior_hessian, _prior_terms
+from pymc_subsample.model.prior_hessian import level_prior_hessian, prior_terms
 from tests.family_checks import check_posterior
 from tests.make_glm_references import MANY_GROUPS
 
@@ -67,8 +67,8 @@ def test_structured_pass_equals_dense_pass(many_levels, monkeypatch):
 def test_structured_prior_hessian_equals_differences(many_levels):
     _, lik, theta = many_levels
     layout = GLMPass(lik).levels
-    v, g, h = _prior_terms(lik, theta, layout)
-    v_dense, g_dense, h_dense = _prior_terms(lik, theta)
+    v, g, h = prior_terms(lik, theta, layout)
+    v_dense, g_dense, h_dense = prior_terms(lik, theta)
     assert isinstance(h, LevelHessian)
     assert v == v_dense
     np.testing.assert_array_equal(g, g_dense)
@@ -81,10 +81,10 @@ def test_prior_hessian_with_coupled_levels_is_left_dense():
     layout = LevelLayout(0, 6, 8)
     h = np.diag(np.arange(1.0, 9.0))
     h[2, 3] = h[3, 2] = 0.5
-    assert _level_prior_hessian(lambda t: -h @ t, np.zeros(8), layout) is None
+    assert level_prior_hessian(lambda t: -h @ t, np.zeros(8), layout) is None
     h[2, 3] = h[3, 2] = 0.0
     h[0, 7] = h[7, 0] = 0.25  # a level coupled to a fixed coordinate is the arrow
-    got = _level_prior_hessian(lambda t: -h @ t, np.zeros(8), layout)
+    got = level_prior_hessian(lambda t: -h @ t, np.zeros(8), layout)
     np.testing.assert_allclose(got.dense(), -h, atol=1e-9)
 
 
@@ -106,13 +106,13 @@ def test_prior_hessian_probes_uncoupled_vectors_together():
         return -h @ t
 
     groups = [(30, 40), (40, 45), (45, 50), (52, 60)]
-    got = _level_prior_hessian(gradient, np.zeros(60), layout, groups)
+    got = level_prior_hessian(gradient, np.zeros(60), layout, groups)
     np.testing.assert_allclose(got.dense(), -h, atol=1e-9)
     # every group probed (3 patterns, 2 gradients each); the scalars 50 and 51, the group
     # 45…49 and the smaller of the coupled 30…39 and 52…59 by columns (2 gradients each)
     assert len(calls) == 6 * 5 + 2 * (2 + 5 + 8)
     calls.clear()
-    assert np.allclose(_level_prior_hessian(gradient, np.zeros(60), layout).dense(), -h,
+    assert np.allclose(level_prior_hessian(gradient, np.zeros(60), layout).dense(), -h,
                        atol=1e-9)
     assert len(calls) == 6 + 2 * 30
 

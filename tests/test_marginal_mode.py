@@ -15,8 +15,11 @@ from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.model.data_pass import PassResult
 from pymc_subsample.model.frame import laplace_frame
 from pymc_subsample.model.levels import LevelHessian, LevelLayout
-from pymc_subsample.model.marginal_mode import HYPER_TOLERANCE, marginal_mode
-from pymc_subsample.model.reference import _surrogate_marginal_mode
+from pymc_subsample.model.marginal_mode import (
+    HYPER_TOLERANCE,
+    marginal_mode,
+    surrogate_marginal_mode,
+)
 from tests.family_checks import check_posterior
 from tests.make_glm_references import MANY_GROUPS
 
@@ -157,7 +160,7 @@ def test_surrogate_marginal_mode_is_the_exact_marginal_mode_in_a_few_passes():
     found on it is the exact marginal's maximum, in two passes (the second confirms)."""
     rows = _NormalRows()
     start = np.zeros(G + 1)
-    found = _surrogate_marginal_mode(rows, _log_post, HYPER, start, start, rows.full(start),
+    found = surrogate_marginal_mode(rows, _log_post, HYPER, start, start, rows.full(start),
                                      tolerance=0.25)
     best = scipy.optimize.minimize_scalar(lambda t: -exact_marginal(t), bounds=(-5, 2),
                                           method="bounded", options={"xatol": 1e-8}).x

@@ -356,7 +356,7 @@ class SubsampledLikelihood:
 
     def logp0_gradient(self, theta: np.ndarray) -> np.ndarray:
         """``∇ log p0(θ)`` alone, for the prior Hessian of a model with many levels by
-        differences (:func:`~pymc_subsample.model.reference._level_prior_hessian`): thousands
+        differences (:func:`~pymc_subsample.model.prior_hessian.level_prior_hessian`): thousands
         of calls in a funnel's marginal-mode search, so NumPy calls after ``FAST_RUN``'s
         rewrites (C code when an op has no ufunc), about a third of
         :meth:`logp0_and_grad`'s cost a call (0.8 against 2.1 ms on the crossed flights

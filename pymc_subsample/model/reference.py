@@ -44,17 +44,20 @@ import pymc as pm
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.kernels.indexing import distinct_rows, distinct_runs
-from pymc_subsample.model.data_pass import PassResult
 from pymc_subsample.model.frame import (
     LaplaceFrame,
     NotPositiveDefiniteError,
-    hessian_by_differences,
     laplace_frame,
 )
-from pymc_subsample.model.levels import LevelHessian, LevelLayout
+from pymc_subsample.model.levels import LevelLayout
 from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
-from pymc_subsample.model.marginal_mode import HYPER_TOLERANCE, MarginalMode, marginal_mode
-from pymc_subsample.model.newton import holding, newton, newton_or_lbfgs, newton_with_frame
+from pymc_subsample.model.marginal_mode import (
+    SURROGATE_COST,
+    exact_marginal_mode,
+    surrogate_marginal_mode,
+)
+from pymc_subsample.model.newton import newton, newton_or_lbfgs
+from pymc_subsample.model.prior_hessian import prior_terms
 
 __all__ = ["ReferenceFit", "fit_reference"]
 
@@ -106,136 +109,6 @@ class ReferenceFit:
     @property
     def theta_hat(self) -> np.ndarray:
         return self.frame.theta_hat
-
-
-def _prior_terms(lik: SubsampledLikelihood, theta: np.ndarray,
-                 levels: LevelLayout | None = None):
-    """``log p0``, its gradient and Hessian at one point (no data).
-
-    The Hessian is by central differences of the autodiff gradient (``2d`` evaluations of an
-    O(d) function, accurate to about ``ε^{2/3}``): it only enters the Laplace precision, and
-    compiling the autodiff Jacobian of even a Normal prior costs about 0.4 s of setup. With a
-    grouping factor's ``levels`` it is a :class:`LevelHessian` when the prior leaves the
-    levels uncoupled (:func:`_level_prior_hessian`), in ``2d_F + 6`` evaluations at most, far
-    fewer when the fixed block's vector variables are uncoupled too.
-    """
-    theta = np.asarray(theta, dtype=np.float64)
-    v, g = lik.logp0_and_grad(theta)
-    gradient = lambda t: lik.logp0_and_grad(t)[1]  # noqa: E731
-    if levels is not None:
-        h = _level_prior_hessian(lik.logp0_gradient, theta, levels, _vector_spans(lik, levels))
-        if h is not None:
-            return v, g, h
-    return v, g, hessian_by_differences(gradient, theta)
-
-
-def _vector_spans(lik: SubsampledLikelihood, levels: LevelLayout) -> list[tuple[int, int]]:
-    """The coordinates ``(start, stop)`` of each vector variable of two or more coordinates
-    in ``θ`` other than the levels: the fixed block's candidate groups of
-    :func:`_level_prior_hessian`."""
-    spans, offset = [], 0
-    for _, shape in lik._ravel_info:
-        size = int(np.prod(shape, dtype=int))
-        if size >= 2 and offset != levels.start:
-            spans.append((offset, offset + size))
-        offset += size
-    return spans
-
-
-#: Seed of the random sign pattern of :func:`_level_prior_hessian`'s probes.
-_SIGN_SEED = 20240611
-
-
-def _level_prior_hessian(gradient, theta: np.ndarray, levels: LevelLayout,
-                         groups: list[tuple[int, int]] = ()) -> LevelHessian | None:
-    """The prior's Hessian as a :class:`LevelHessian`, by central differences.
-
-    Coordinates uncoupled to each other in the prior (a grouping factor's levels ``u ~
-    Normal(μ, s)``, a vector of coefficients with an elementwise prior) are probed all at
-    once: moving a *group* ``A`` by ``s_j h_j`` (signs ``s``) changes the gradient on ``i ∈ A``
-    by ``2Σ_{j∈A} H_ij s_j h_j``, which is ``2H_ii s_i h_i`` under every sign pattern only
-    when no two coordinates of ``A`` are coupled; three patterns (all ones, alternating,
-    seeded random signs) must agree. The other coordinates (the *singles*: scalars, and a
-    group whose patterns disagree) are probed one at a time (their columns, ``2`` gradients
-    each), and give by symmetry their coupling to the groups; two groups must not be coupled
-    (the probe of one leaves the other's gradient unchanged), or the smaller becomes singles.
-
-    ``levels`` is always a group, the ``groups`` (spans of ``θ`` among the fixed coordinates)
-    are candidates. None when the levels are coupled (the dense differences serve). With no
-    candidate group: ``2d_F + 6`` gradients; with the fixed block's vectors uncoupled,
-    ``2·(scalars) + 6·(groups + 1)``.
-    """
-    theta = np.asarray(theta, dtype=np.float64)
-    steps = np.cbrt(np.finfo(np.float64).eps) * np.maximum(1.0, np.abs(theta))
-    fixed, lv = levels.fixed, np.arange(levels.start, levels.stop)
-    rng = np.random.default_rng(_SIGN_SEED)
-
-    def difference(direction: np.ndarray) -> np.ndarray:
-        with np.errstate(invalid="ignore", over="ignore"):
-            return np.asarray(gradient(theta + direction)) - np.asarray(gradient(theta - direction))
-
-    def probe(coords: np.ndarray):
-        """``(diagonal, responses)`` of a group, or None when its patterns disagree."""
-        n = coords.size
-        diagonals, responses = [], []
-        for signs in (np.ones(n), np.where(np.arange(n) % 2 == 0, 1.0, -1.0),
-                      rng.choice([-1.0, 1.0], size=n)):
-            direction = np.zeros_like(theta)
-            direction[coords] = signs * steps[coords]
-            response = difference(direction)
-            diagonals.append(response[coords] / (2.0 * direction[coords]))
-            responses.append(response)
-        scale = max(1.0, float(np.abs(diagonals[0]).max(initial=0.0)))
-        if not all(np.allclose(diagonals[0], other, rtol=1e-4, atol=1e-8 * scale)
-                   for other in diagonals[1:]):
-            return None
-        # a response of 2 Σ_j H_ij s_j h_j outside the group, in Hessian units
-        cross = np.max(np.abs(responses), axis=0) / (2.0 * steps[coords].max())
-        return 0.5 * (diagonals[0] + diagonals[1]), cross, scale
-
-    probed = {}
-    for coords in [lv, *(np.arange(a, b) for a, b in groups)]:
-        found = probe(coords)
-        if found is None and coords is lv:
-            return None
-        if found is not None:
-            probed[(int(coords[0]), int(coords[-1]) + 1)] = (coords, *found)
-    level_key = (levels.start, levels.stop)
-    # two groups coupled: the smaller (never the levels) is probed column by column instead
-    changed = True
-    while changed:
-        changed = False
-        for a, (ca, _, cross_a, scale_a) in list(probed.items()):
-            for b, (cb, _, _, scale_b) in list(probed.items()):
-                if a == b or a not in probed or b not in probed:
-                    continue
-                if np.any(cross_a[cb] > 1e-8 * max(scale_a, scale_b)):
-                    drop = b if (a == level_key or (b != level_key and cb.size <= ca.size)) else a
-                    del probed[drop]
-                    changed = True
-    grouped = np.zeros(levels.dim, dtype=bool)
-    for coords, *_ in probed.values():
-        grouped[coords] = True
-    singles = [int(k) for k in fixed if not grouped[k]]
-    pos = np.empty(levels.dim, dtype=np.int64)
-    pos[fixed] = np.arange(fixed.size)
-    columns = np.empty((levels.dim, len(singles)))
-    for col, k in enumerate(singles):
-        direction = np.zeros_like(theta)
-        direction[k] = steps[k]
-        columns[:, col] = difference(direction) / (2.0 * steps[k])
-    single_pos = pos[singles]
-    block = np.zeros((fixed.size, fixed.size))
-    block[:, single_pos] = columns[fixed]
-    block[single_pos, :] = columns[fixed].T  # a group's coupling to a single, by symmetry
-    own = columns[singles]
-    block[np.ix_(single_pos, single_pos)] = 0.5 * (own + own.T)
-    coupling = np.zeros((lv.size, fixed.size))
-    coupling[:, single_pos] = columns[lv]
-    for key, (coords, diagonal, _, _) in probed.items():
-        if key != level_key:
-            block[pos[coords], pos[coords]] = diagonal
-    return LevelHessian(probed[level_key][1], coupling, block, levels)
 
 
 #: Newton distance (in the subsample's posterior sds) at which the subsample fit stops: its
@@ -317,7 +190,7 @@ def fit_reference(
     passes_before = data_pass.n_passes
 
     def log_post(theta, res):
-        v, g, h = _prior_terms(lik, theta, data_pass.levels)
+        v, g, h = prior_terms(lik, theta, data_pass.levels)
         return v + res.loglik, g + res.grad, -(h + res.hess)
 
     if map_point is not None:
@@ -514,10 +387,12 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
     ``current`` is ``(θ, pass, seconds)``, a full pass already made (none is made again
     there) and its wall time; the levels and fixed effects start from it, the
     hyperparameters from PyMC's initial point. Where a pass costs more than
-    :data:`SURROGATE_COST` evaluations of the prior's terms (tall data), the mode is found on
-    the data's quadratic expansion at the last pass (:func:`_surrogate_marginal_mode`: a pass
-    an outer step); elsewhere, or where that does not converge, with Newton solves on all
-    rows for each evaluation of the marginal (:func:`_exact_marginal_mode`).
+    :data:`~pymc_subsample.model.marginal_mode.SURROGATE_COST` evaluations of the prior's
+    terms (tall data), the mode is found on the data's quadratic expansion at the last pass
+    (:func:`~pymc_subsample.model.marginal_mode.surrogate_marginal_mode`: a pass an outer
+    step); elsewhere, or where that does not converge, with Newton solves on all rows for each
+    evaluation of the marginal
+    (:func:`~pymc_subsample.model.marginal_mode.exact_marginal_mode`).
     """
     theta = lik.ravel(lik.initial_point)
     if current is None:
@@ -535,133 +410,19 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
     found = None
     if pass_seconds > SURROGATE_COST * prior_seconds:
         try:
-            found = _surrogate_marginal_mode(data_pass, log_post, hyper, start, at, res,
+            found = surrogate_marginal_mode(data_pass, log_post, hyper, start, at, res,
                                              tolerance)
         except NotPositiveDefiniteError:
             pass
     if found is None:
         try:
-            found = _exact_marginal_mode(data_pass, log_post, hyper, start, tolerance)
+            found = exact_marginal_mode(data_pass, log_post, hyper, start, tolerance)
         except NotPositiveDefiniteError:
             return None
     frame = found.frame
     res = data_pass.full(found.theta, whiten_rows=frame.whiten_rows if order else None,
                          order=order, levels=frame.n_levels if order else 0)
     return res, frame
-
-
-def _conditional_modes(objective, hyper: np.ndarray, tolerance: float):
-    """``θ ↦ (log π(θ*), θ*, F)`` for :func:`~pymc_subsample.model.marginal_mode.marginal_mode`:
-    Newton on ``objective`` with the coordinates ``hyper`` held, from ``θ``."""
-    held = holding(objective, hyper)
-    last: dict[str, tuple] = {}
-
-    def held_remembered(th):
-        last["point"] = (th, *held(th))
-        return last["point"][1:]
-
-    def conditional_mode(th):
-        th, _, converged, frame = newton_with_frame(held_remembered, th, tolerance=tolerance,
-                                                    max_steps=30)
-        at, value, g, _ = last["point"]
-        if not (converged and np.array_equal(at, th)):
-            return -np.inf, th, None
-        # the last Newton step, not taken (within the tolerance): its predicted gain, so that
-        # the marginal's values carry no error of order tolerance² (its curvature is their
-        # second difference)
-        step = frame.newton_step(g)
-        return value + 0.5 * float(g @ step), th + step, frame
-
-    return conditional_mode
-
-
-def _exact_marginal_mode(data_pass, log_post, hyper: np.ndarray, start: np.ndarray,
-                         tolerance: float):
-    """:func:`~pymc_subsample.model.marginal_mode.marginal_mode` with each evaluation a
-    Newton solve on all rows (two or three passes from the last one's point): on a subsample
-    the levels' few rows, reweighted, look more spread than they are, and its marginal mode
-    of a flights model's plane scale was 0.65 against 0.16 on all rows."""
-    objective = lambda th: log_post(th, data_pass.full(th))  # noqa: E731
-    return marginal_mode(_conditional_modes(objective, hyper, tolerance), hyper, start)
-
-
-#: Cost of a pass over all rows, in evaluations of the prior's terms (its Hessian included),
-#: above which :func:`_surrogate_marginal_mode` searches the marginal mode: it spends about
-#: three times the exact search's evaluations but a handful of passes instead of two or
-#: three per evaluation.
-SURROGATE_COST = 2.0
-
-#: Passes over all rows allowed to :func:`_surrogate_marginal_mode` (its backtracking
-#: included) before the exact search takes over.
-SURROGATE_PASSES = 12
-
-
-def _quadratic_data(log_post, centre: np.ndarray, res):
-    """``θ ↦ log_post(θ, ·)`` with the data's log-likelihood replaced by its second-order
-    expansion at ``centre`` from the pass ``res`` there (exact at ``centre``, and its gradient
-    and Hessian there too): an objective that reads no rows."""
-    def objective(th):
-        delta = th - centre
-        h_delta = res.hess @ delta
-        expanded = PassResult(res.loglik + float(res.grad @ delta) + 0.5 * float(delta @ h_delta),
-                              res.grad + h_delta, res.hess, None)
-        return log_post(th, expanded)
-    return objective
-
-
-def _surrogate_marginal_mode(data_pass, log_post, hyper: np.ndarray, start: np.ndarray,
-                             centre: np.ndarray, res, tolerance: float) -> MarginalMode | None:
-    r"""The Laplace-marginal mode of the hyperparameters ``h`` in a handful of passes.
-
-    Each outer step maximises the marginal with the data's log-likelihood replaced by its
-    quadratic expansion at the last pass's point ``θ_k`` (:func:`_quadratic_data`; the prior
-    exact): no rows are read, so the search over ``h`` (dozens of conditional modes) costs
-    no pass. Its result ``θ_{k+1} = (r̃(h_{k+1}), h_{k+1})`` is the next pass's point: for
-    the levels and fixed effects ``r`` this is a Newton step on the conditional posterior at
-    ``h_{k+1}`` (halved, a pass each, while it lowers it: the data's log-likelihood at ``r_k``
-    is exact at every ``h``, since no row reads ``h``). It stops when the Newton distance of
-    ``r`` at ``θ_k`` is within ``tolerance`` and ``h`` moved less than
-    :data:`~pymc_subsample.model.marginal_mode.HYPER_TOLERANCE`: then the expansion is that of
-    the conditional mode, and ``θ_{k+1}`` and its frame (the expansion's precision with the
-    marginal's curvature on ``h``) are the result. The expansion's log-determinant leaves out
-    how the data's curvature changes with ``r̂(h)`` (third derivatives): ``ĥ`` is that much
-    off the full Laplace marginal's, which moves the reference point, never the exactness.
-    None when it does not converge within :data:`SURROGATE_PASSES` passes.
-    """
-    theta, passes = start, 0
-    last_h = None
-    while passes < SURROGATE_PASSES:
-        objective = _quadratic_data(log_post, centre, res)
-        held = holding(objective, hyper)
-        _, g_held, prec_held = held(centre)
-        try:
-            distance = laplace_frame(centre, prec_held).newton_distance(g_held)
-        except NotPositiveDefiniteError:
-            distance = np.inf
-        found = marginal_mode(_conditional_modes(objective, hyper, tolerance), hyper, theta,
-                              step=None if last_h is None else float(
-                                  np.abs(centre[hyper] - last_h).max(initial=0.0)))
-        h_new = found.theta[hyper]
-        _log.debug("surrogate marginal: pass %d, Newton distance of the levels and fixed "
-                   "effects %.3g, h %s -> %s", passes, distance, centre[hyper], h_new)
-        if distance <= tolerance and np.all(np.abs(h_new - centre[hyper]) <= HYPER_TOLERANCE):
-            return found
-        last_h = centre[hyper]
-        # the step in r at the new h, halved while the exact conditional posterior falls
-        base = np.where(hyper, found.theta, centre)
-        base_value = objective(base)[0]
-        target = found.theta
-        for _ in range(8):
-            new_res = data_pass.full(target)
-            passes += 1
-            value = log_post(target, new_res)[0]
-            if np.isfinite(value) and value >= base_value:
-                break
-            target = 0.5 * (base + target)
-        else:
-            return None
-        theta, centre, res = target, target, new_res
-    return None
 
 
 def _unread(data_pass, theta: np.ndarray, chunks: list[np.ndarray] | None,
