@@ -15,15 +15,23 @@ enclosure is its exact range on the box (up to a bound of the rounding error), a
 - :class:`MillsRatio`, :math:`m(x) = \varphi(x)/\Phi(x)`, decreasing: its derivative is
   :math:`m'(x) = -m(x)(x + m(x))`, negative since :math:`m(x) > -x` for every real ``x``
   (for :math:`x < 0` that is the Mills-ratio inequality :math:`\Phi(x) < \varphi(x)/|x|`);
-- :class:`LogNormalCDFDiff`, :math:`F(a, b) = \log(\Phi(a) - \Phi(b))` on :math:`a > b`,
-  increasing in ``a`` and decreasing in ``b``; its gradient is
-  :math:`(W_a, -W_b)` with the two :class:`NormalCDFDiffWeight` ops
+- :class:`LogNormalCDFDiff`, :math:`F(m, h) = \log(\Phi(m + h) - \Phi(m - h))` on
+  :math:`h > 0`, the log-probability of the interval ``(b, a) = (m − h, m + h)``, taken in its
+  midpoint and half-width rather than its ends: an ordinal probit's ends ``c_k − η`` and
+  ``c_{k−1} − η`` share ``η``, and their interval enclosures, independent, reach ``a ≤ b`` on
+  any box of ``η`` wider than the gap, where ``h = (c_k − c_{k−1})/2`` is free of ``η``. ``F``
+  increases in ``h`` and decreases in ``|m|`` (``∂_m F = (φ(a) − φ(b))/D``, negative iff
+  ``|a| > |b|``, iff ``m > 0``). Its gradient is
+  :math:`(W_a - W_b, W_a + W_b)` with the two :class:`NormalCDFDiffWeight` ops
   :math:`W_a = \varphi(a)/D`, :math:`W_b = \varphi(b)/D`, :math:`D = \Phi(a) - \Phi(b)`;
-- the weights: :math:`\partial_a W_a = -W_a(a + W_a)`, :math:`\partial_b W_a = W_a W_b`,
-  :math:`\partial_a W_b = -W_a W_b`, :math:`\partial_b W_b = W_b(W_b - b)`. Both decrease in
-  ``a`` and increase in ``b``: :math:`W_a \ge m(a) > -a` (``D ≤ Φ(a)``) and
-  :math:`W_b \ge \varphi(b)/(1 - \Phi(b)) > b` (``D ≤ 1 − Φ(b)``, the same inequality
-  mirrored). So every rule takes the function at two opposite corners of the box.
+- the weights: :math:`\partial_m W_a = -W_a(a - \mu)`, :math:`\partial_h W_a =
+  -W_a(a + W_a + W_b)`, :math:`\partial_m W_b = W_b(\mu - b)`, :math:`\partial_h W_b =
+  -W_b(W_a + W_b - b)`, where :math:`\mu = W_b - W_a = E[X \mid b < X < a]` for a standard
+  Normal ``X``, so ``b < μ < a``; and :math:`aD + \varphi(a) + \varphi(b) =
+  \int_b^a (a - x)\varphi(x)\,dx + 2\varphi(b) > 0`, likewise
+  :math:`\varphi(a) + \varphi(b) - bD > 0`. So :math:`W_a` decreases in ``m`` and ``h``,
+  :math:`W_b` increases in ``m`` and decreases in ``h``, and every rule takes the function at
+  two corners of the box (``F`` at the ``m`` nearest 0 for its top).
 
 The higher derivatives are polynomials in these ops and the arguments, each piece enclosed on
 its exact range; on tall data's narrow boxes that is close to the derivatives' own range.
@@ -86,8 +94,9 @@ def _mills(x: np.ndarray) -> np.ndarray:
 
 def _log_diff(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     r""":math:`\log(\Phi(a) - \Phi(b))` and a bound on its error; ``a ≤ b`` is undefined
-    (NaN). Where ``b < 0 < a`` it is :math:`\log((\mathrm{erf}(a/\sqrt2) -
-    \mathrm{erf}(b/\sqrt2))/2)`, a sum of two positive terms (no cancellation; each ``erf``
+    (NaN). Where ``b < 0 < a`` it is :math:`\mathrm{log1p}(-s)` with the tails' mass
+    :math:`s = \Phi(-a) + \Phi(b)` while ``s < ½``, else :math:`\log((\mathrm{erf}(a/\sqrt2)
+    - \mathrm{erf}(b/\sqrt2))/2)`, a sum of two positive terms (no cancellation; each ``erf``
     changes by at most its own relative rounding under the argument's, as ``x·erf′(x) ≤
     erf(x)`` on ``x ≥ 0``). Elsewhere, with ``(u, v) = (a, b)``, or ``(−b, −a)`` where
     ``b ≥ 0`` (the upper tail, where :math:`\Phi(a)` and :math:`\Phi(b)` are both near 1),
@@ -108,12 +117,37 @@ def _log_diff(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         slope = np.where(top < 0.0, 1.0 / np.expm1(-top), np.inf)
         slope = np.where(np.isneginf(d), 0.0, slope)
         err_tails = err_u + dd * slope + 8.0 * _EPS * np.abs(tails)
-        between = np.log(sc.erf(a / math.sqrt(2.0)) - sc.erf(b / math.sqrt(2.0))) - math.log(2.0)
-        err_between = 32.0 * _EPS + 8.0 * _EPS * np.abs(between)
+        # the two tails' mass s = Φ(−a) + Φ(b): log1p(−s) while s < ½, accurate where
+        # F ≈ −s is tiny; else log D with D ≤ ½ a sum of two positive erf terms
+        tail = 0.5 * (sc.erfc(a / math.sqrt(2.0)) + sc.erfc(-b / math.sqrt(2.0)))
+        small = tail < 0.5
+        between = np.where(small, np.log1p(-tail), np.log(
+            sc.erf(a / math.sqrt(2.0)) - sc.erf(b / math.sqrt(2.0))) - math.log(2.0))
+        err_between = np.where(small, _REL_PER_X2 * (1.0 + a * a + b * b) * np.abs(between),
+                               32.0 * _EPS + 8.0 * _EPS * np.abs(between)) + _TINY
     value = np.where(middle, between, tails)
     err = np.where(middle, err_between, err_tails)
     value = np.where(a > b, value, np.nan)
     return value, np.where(np.isnan(err), np.inf, err)
+
+
+def _ends_of(m: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(a, b) = (m + h, m − h)`` and a bound on their rounding (half an ulp each)."""
+    a, b = m + h, m - h
+    return a, b, _EPS * (np.abs(a) + np.abs(b))
+
+
+def _log_diff_mh(m: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:math:`F(m, h)` and a bound on its error: :func:`_log_diff` at the rounded ends, whose
+    rounding moves ``F`` by at most ``|∂_a F| + |∂_b F| = W_a + W_b`` times it."""
+    a, b, shift = _ends_of(m, h)
+    value, err = _log_diff(a, b)
+    with np.errstate(all="ignore"):
+        w_sum = (np.exp(-0.5 * a * a) + np.exp(-0.5 * b * b)) / math.sqrt(2.0 * math.pi) \
+            * np.exp(-value)
+        err = err + 2.0 * w_sum * shift
+    value = np.where(h > 0.0, value, np.nan)
+    return value, np.where(np.isnan(err) | ~(h > 0.0), np.inf, err)
 
 
 def _log1mexp(t: np.ndarray) -> np.ndarray:
@@ -122,19 +156,21 @@ def _log1mexp(t: np.ndarray) -> np.ndarray:
         return np.where(t < -math.log(2.0), np.log1p(-np.exp(t)), np.log(-np.expm1(t)))
 
 
-def _diff_weight(side: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:math:`W = \\varphi(x)/(\\Phi(a) - \\Phi(b))` with ``x = a`` (``side`` 0) or ``b`` (1),
-    as ``exp(log φ(x) − F(a, b))``, and a bound on its error."""
+def _diff_weight(side: int, m: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r""":math:`W = \varphi(x)/(\Phi(a) - \Phi(b))` with ``x = a = m + h`` (``side`` 0) or
+    ``x = b = m − h`` (1), as ``exp(log φ(x) − F(m, h))``, and a bound on its error."""
+    a, b, shift = _ends_of(m, h)
     x = a if side == 0 else b
-    f, err_f = _log_diff(a, b)
+    f, err_f = _log_diff_mh(m, h)
     with np.errstate(all="ignore"):
         exponent = -0.5 * x * x - _LOG_SQRT_2PI - f
         value = np.exp(exponent)
-        delta = err_f + 4.0 * _EPS * (1.0 + x * x + np.abs(f))
+        # log φ(x) moves by |x| times the rounding of x
+        delta = err_f + 4.0 * _EPS * (1.0 + x * x + np.abs(f)) + 2.0 * np.abs(x) * shift
         err = value * np.expm1(delta) + 4.0 * _EPS * value + _TINY
         # φ(±∞) = 0 exactly
-        value = np.where(np.isinf(x) & (a > b), 0.0, value)
-        err = np.where(np.isinf(x) & (a > b), 0.0, err)
+        value = np.where(np.isinf(x) & (h > 0.0), 0.0, value)
+        err = np.where(np.isinf(x) & (h > 0.0), 0.0, err)
     return value, np.where(np.isnan(err), np.inf, err)
 
 
@@ -156,7 +192,9 @@ def _c_log_diff(a: str, b: str, out: str) -> str:
         _c_log_phi("v_", "lv_"),
         "double d_ = lv_ - lu_;",
         "double l1m_ = (d_ < -M_LN2) ? log1p(-exp(d_)) : log(-expm1(d_));",
-        f"double between_ = log(erf(({a}) * M_SQRT1_2) - erf(({b}) * M_SQRT1_2)) - M_LN2;",
+        f"double tail_ = 0.5 * (erfc(({a}) * M_SQRT1_2) + erfc(-({b}) * M_SQRT1_2));",
+        f"double between_ = (tail_ < 0.5) ? log1p(-tail_) : "
+        f"log(erf(({a}) * M_SQRT1_2) - erf(({b}) * M_SQRT1_2)) - M_LN2;",
         f"{out} = (({a}) > ({b})) ? ((({b}) < 0.0 && ({a}) > 0.0) ? between_ : lu_ + l1m_) "
         ": NAN;",
     ])
@@ -174,7 +212,7 @@ class _ErfcxCode:
         return psm.erfcx.c_support_code(**kwargs)
 
     def c_code_cache_version(self) -> tuple[int, ...]:
-        return (2,)
+        return (4,)
 
 
 # ------------------------------------------------------------------ the ops
@@ -223,24 +261,26 @@ class MillsRatio(_ErfcxCode, ps.UnaryScalarOp):
 
 
 class LogNormalCDFDiff(_ErfcxCode, ps.BinaryScalarOp):
-    r""":math:`\log(\Phi(a) - \Phi(b))` on :math:`a > b` (NaN elsewhere); its gradient is
-    :math:`(W_a, -W_b)` (:class:`NormalCDFDiffWeight`)."""
+    r""":math:`\log(\Phi(m + h) - \Phi(m - h))` on :math:`h > 0` (NaN elsewhere); its
+    gradient is :math:`(W_a - W_b, W_a + W_b)` (:class:`NormalCDFDiffWeight`)."""
 
     def __init__(self) -> None:
         super().__init__(ps.upgrade_to_float_no_complex, name="log_normal_cdf_diff")
 
-    def impl(self, a, b):
-        return np.float64(_log_diff(np.float64(a), np.float64(b))[0])
+    def impl(self, m, h):
+        return np.float64(_log_diff_mh(np.float64(m), np.float64(h))[0])
 
     def c_code(self, node, name, inputs, outputs, sub) -> str:
-        a, b = inputs
+        m, h = inputs
         (z,) = outputs
-        return "{\n" + _c_log_diff(a, b, z) + "\n}"
+        return ("{\n" + f"double a_ = ({m}) + ({h}), b_ = ({m}) - ({h});\n"
+                + _c_log_diff("a_", "b_", z) + "\n}")
 
     def grad(self, inputs, output_gradients):
-        a, b = inputs
+        m, h = inputs
         (gz,) = output_gradients
-        return [gz * _weight(0, a, b), -(gz * _weight(1, a, b))]
+        w_a, w_b = _weight(0, m, h), _weight(1, m, h)
+        return [gz * (w_a - w_b), gz * (w_a + w_b)]
 
 
 class NormalCDFDiffWeight(_ErfcxCode, ps.BinaryScalarOp):
@@ -255,24 +295,27 @@ class NormalCDFDiffWeight(_ErfcxCode, ps.BinaryScalarOp):
         super().__init__(ps.upgrade_to_float_no_complex,
                          name=f"normal_cdf_diff_weight_{'ab'[self.side]}")
 
-    def impl(self, a, b):
-        return np.float64(_diff_weight(self.side, np.float64(a), np.float64(b))[0])
+    def impl(self, m, h):
+        return np.float64(_diff_weight(self.side, np.float64(m), np.float64(h))[0])
 
     def c_code(self, node, name, inputs, outputs, sub) -> str:
-        a, b = inputs
+        m, h = inputs
         (z,) = outputs
-        x = inputs[self.side]
-        return ("{\ndouble f_;\n" + _c_log_diff(a, b, "f_")
-                + f"\n{z} = isinf({x}) ? 0.0 : exp(-0.5 * ({x}) * ({x}) - {_LOG_SQRT_2PI!r} - f_);"
+        x = ("a_", "b_")[self.side]
+        return ("{\n" + f"double a_ = ({m}) + ({h}), b_ = ({m}) - ({h});\ndouble f_;\n"
+                + _c_log_diff("a_", "b_", "f_")
+                + f"\n{z} = isinf({x}) ? 0.0 : exp(-0.5 * {x} * {x} - {_LOG_SQRT_2PI!r} - f_);"
                 + "\n}")
 
     def grad(self, inputs, output_gradients):
-        a, b = inputs
+        m, h = inputs
         (gz,) = output_gradients
-        w, w_a, w_b = _weight(self.side, a, b), _weight(0, a, b), _weight(1, a, b)
+        w_a, w_b = _weight(0, m, h), _weight(1, m, h)
         if self.side == 0:
-            return [-(gz * w * (a + w)), gz * w * w_b]
-        return [-(gz * w_a * w), gz * w * (w - b)]
+            a = m + h
+            return [-(gz * w_a * (a + w_a - w_b)), -(gz * w_a * (a + w_a + w_b))]
+        b = m - h
+        return [gz * w_b * (w_b - w_a - b), -(gz * w_b * (w_a + w_b - b))]
 
 
 class NormalCDFDiffWeightA(NormalCDFDiffWeight):
@@ -314,8 +357,8 @@ def log_normal_cdf(x):
 
 def log_normal_cdf_diff(a, b):
     r""":math:`\log(\Phi(a) - \Phi(b))` of tensors (``a > b``), elementwise, as one
-    :class:`LogNormalCDFDiff`."""
-    return Elemwise(_log_normal_cdf_diff)(a, b)
+    :class:`LogNormalCDFDiff` of the midpoint ``(a + b)/2`` and half-width ``(a − b)/2``."""
+    return Elemwise(_log_normal_cdf_diff)(0.5 * (a + b), 0.5 * (a - b))
 
 
 # ------------------------------------------------------------------ interval rules
@@ -343,28 +386,33 @@ def _mills_rule(x: Interval) -> Interval:
     return np.maximum(out_lo, 0.0), out_hi
 
 
-def _log_diff_rule(a: Interval, b: Interval) -> Interval:
-    """F increases in ``a`` and decreases in ``b``: ``[F(a_lo, b_hi), F(a_hi, b_lo)]``; the
-    whole line where the box reaches ``a ≤ b`` (undefined)."""
-    (a_lo, a_hi), (b_lo, b_hi) = _ends(a), _ends(b)
-    low, err_low = _log_diff(a_lo, b_hi)
-    high, err_high = _log_diff(a_hi, b_lo)
+def _log_diff_rule(m: Interval, h: Interval) -> Interval:
+    """F increases in ``h`` and decreases in ``|m|``: its bottom at ``(the m farthest from
+    0, h_lo)``, its top at ``(the m nearest 0, h_hi)``; the whole line where the box reaches
+    ``h ≤ 0`` (undefined)."""
+    (m_lo, m_hi), (h_lo, h_hi) = _ends(m), _ends(h)
+    far = np.where(np.abs(m_lo) >= np.abs(m_hi), m_lo, m_hi)
+    near = np.where((m_lo <= 0.0) & (m_hi >= 0.0), 0.0,
+                    np.where(m_lo > 0.0, m_lo, m_hi))
+    low, err_low = _log_diff_mh(far, h_lo)
+    high, err_high = _log_diff_mh(near, h_hi)
     with np.errstate(all="ignore"):
         out_lo, out_hi = outward_ulp(low - err_low, high + err_high)
-    bad = ~(a_lo > b_hi)
+    bad = ~(h_lo > 0.0)
     return np.where(bad, -np.inf, out_lo), np.where(bad, np.inf, np.minimum(out_hi, 0.0))
 
 
 def _weight_rule(side: int):
-    def rule(a: Interval, b: Interval) -> Interval:
-        """Each weight decreases in ``a`` and increases in ``b``: ``[W(a_hi, b_lo),
-        W(a_lo, b_hi)]``, at least 0; the whole line where the box reaches ``a ≤ b``."""
-        (a_lo, a_hi), (b_lo, b_hi) = _ends(a), _ends(b)
-        low, err_low = _diff_weight(side, a_hi, b_lo)
-        high, err_high = _diff_weight(side, a_lo, b_hi)
+    def rule(m: Interval, h: Interval) -> Interval:
+        """Both weights decrease in ``h``; ``W_a`` decreases and ``W_b`` increases in ``m``:
+        two corners, at least 0; the whole line where the box reaches ``h ≤ 0``."""
+        (m_lo, m_hi), (h_lo, h_hi) = _ends(m), _ends(h)
+        m_low, m_high = (m_hi, m_lo) if side == 0 else (m_lo, m_hi)
+        low, err_low = _diff_weight(side, m_low, h_hi)
+        high, err_high = _diff_weight(side, m_high, h_lo)
         with np.errstate(all="ignore"):
             out_lo, out_hi = outward_ulp(low - err_low, high + err_high)
-        bad = ~(a_lo > b_hi)
+        bad = ~(h_lo > 0.0)
         return (np.where(bad, -np.inf, np.maximum(out_lo, 0.0)),
                 np.where(bad, np.inf, out_hi))
 
