@@ -82,6 +82,10 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
     ("multinomial_logit", "Categorical with logit_p=concatenate([zeros((N, 1)), X @ B], "
                           "axis=1), a reference class and at most 4 others"),
     ("hurdle_poisson", "HurdlePoisson with mu=exp(η) and a sampled psi"),
+    ("truncated_normal", "Truncated(Normal.dist(mu=η, sigma=s), lower=a and/or upper=b), s "
+                         "sampled"),
+    ("ordered_probit", "OrderedProbit with eta=η and sampled cutpoints (ordered transform, "
+                       "at most 3)"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
