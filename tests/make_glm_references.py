@@ -114,7 +114,6 @@ PYMC_NUTS = {
     # tensorflow-probability installed
     "censored_normal_both": "no JAX erfcx",
     "truncated_normal": "no JAX erfcx",
-    "ordered_probit": "no JAX erfcx",
 }
 
 

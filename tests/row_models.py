@@ -390,7 +390,7 @@ AUTOMATIC: tuple[str, ...] = (
     "binomial_trials_array", "beta_binomial_trials", "lognormal", "beta", "exponential",
     "weibull", "censored_weibull_right", "censored_exponential_right", "zero_inflated_poisson",
     "hurdle_lognormal", "normal_mixture", "ordered_logistic", "censored_normal_both",
-    "categorical_reference_zeros", "hurdle_poisson", "truncated_normal", "ordered_probit",
+    "categorical_reference_zeros", "hurdle_poisson", "truncated_normal",
 )
 #: coefficients ``b`` of the models where they are not ``D + 1``
 COEFFICIENTS: dict[str, int] = {"normal_mixture": 2, "ordered_logistic": D, "ordered_probit": D}
