@@ -126,6 +126,7 @@ PYMC_NUTS = {
     # PyMC's normal log-CDF uses erfcx, which PyTensor's JAX backend has only with
     # tensorflow-probability installed
     "censored_normal_both": "no JAX erfcx",
+    "truncated_normal": "no JAX erfcx",
 }
 
 

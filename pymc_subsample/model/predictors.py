@@ -249,14 +249,6 @@ _SWITCHES = (
     "point"
 )
 
-#: the refusal of an ordinal probit (:func:`_predictor_term`)
-_LOG_DIFF_NORMAL_CDF = (
-    "its row term is an ordinal probit's log(Φ(c_k − η) − Φ(c_{k−1} − η)) (PyMC's "
-    "log_diff_normal_cdf, read as one smooth function of the cutpoints and η): the automatic "
-    "bound's interval enclosures of its derivatives, written in differences of erfcx terms, "
-    "are too loose to be finite on most rows' boxes"
-)
-
 #: Most predictors of a row term read through a class axis (:mod:`.columns`): the zero-inflated
 #: Poisson's two (η, ψ) build in seconds, the zero-inflated negative binomial's three did not
 #: finish in ten minutes.
@@ -388,12 +380,6 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
             # whose box reaches the switch point would have no bound anyway
             raise unsupported(name, _SWITCHES.format(
                 dist=_dist_name(block), where="a class axis picked by the data"))
-        if expanded and not mixture and "log_diff_normal_cdf" in family.smooth_sources:
-            # an ordinal probit: read, and smooth, but measured at N = 20,000 (d = 5, four
-            # predictors) its order-2 enclosures were infinite on 19,929 rows of 20,000, found
-            # only after the reference fit; at order 1, on boxes of half-width 0.08, a median
-            # 6 to 12 times the derivatives at the box's centre
-            raise unsupported(name, _LOG_DIFF_NORMAL_CDF)
         family.check_rules(order)
     except NonSmoothRow as err:
         raise unsupported(name, f"its row term takes {err.op_name} of a parameter, which "
