@@ -38,7 +38,7 @@ from pymc_subsample.bounds.automatic import AutomaticFamily, NonSmoothRow
 from pymc_subsample.bounds.interval import NoIntervalRule
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.columns import NotExpandable, expand_class_axis
-from pymc_subsample.model.glm import _rows_of_affine, _simplify_log, unsupported
+from pymc_subsample.model.glm import rows_of_affine, simplify_log, unsupported
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.predictor_forms import (
     constant_value,
@@ -55,8 +55,8 @@ class PredictorTerm:
     """An observed variable read as ``f(p_1..p_K; data)`` with affine predictors ``p_j``.
 
     The location–scale pass and control variates use it as a
-    :class:`~pymc_subsample.model.glm.LocationScaleTerm`: predictors, their rows ``∂p_j/∂θ``,
-    ``y`` and the per-row inputs ``params`` of the family's ``f`` (here its row data).
+    :class:`~pymc_subsample.model.location_scale.LocationScaleTerm`: predictors, their rows
+    ``∂p_j/∂θ``, ``y`` and the per-row inputs ``params`` of the family's ``f`` (here its row data).
     """
 
     name: str
@@ -75,7 +75,7 @@ def _simplify(f: Variable) -> Variable:
     f = rewrite_graph(f, include=(), custom_rewrite=in2out(exp_forms, ignore_newtrees=False))
     # log(e^a + e^b) stays as written: its stabilised form max(a, b) + log1p(e^{−|a − b|})
     # is smooth, but through a kink of each piece (a mixture's or zero-inflated family's row)
-    return _simplify_log(f, exclude=("local_log_add_exp", "local_log_sum_exp"))
+    return simplify_log(f, exclude=("local_log_add_exp", "local_log_sum_exp"))
 
 
 #: elementwise ops through which a predictor stays affine when every input is
@@ -115,7 +115,7 @@ class _Reader:
     def affine(self, var: Variable) -> bool:
         """A conservative structural test: sums, differences, selections, reshapes and
         products with ``θ``-free factors of ``θ`` (confirmed later by
-        :func:`~pymc_subsample.model.glm._rows_of_affine`)."""
+        :func:`~pymc_subsample.model.glm.rows_of_affine`)."""
         if not self.depends(var):
             return True
         if var is self.theta:
@@ -390,7 +390,7 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
             f"{err.op_name}, which the automatic bound has no interval rule for") from None
     predictors = tuple(pt.cast(pt.broadcast_to(c, (n_rows,)), "float64") for c in cores)
     try:
-        predictor_rows = tuple(_rows_of_affine(name, p, lik.theta) for p in predictors)
+        predictor_rows = tuple(rows_of_affine(name, p, lik.theta) for p in predictors)
     except SubsamplingModelError:
         raise unsupported(name, "a part of its row term read as a predictor is not affine "
                           "in the sampled parameters") from None
