@@ -27,6 +27,7 @@ from pymc_subsample.bounds.normal_cdf_ops import (
     log_normal_cdf,
     log_normal_cdf_diff,
 )
+from tests.pairs import points_inside
 
 RNG_SEED = 20261128
 
@@ -95,13 +96,6 @@ def _boxes(rng, n, low=-12.0, high=12.0):
     return lo, lo + width
 
 
-def _inside(rng, lo, hi):
-    t = rng.uniform(0.0, 1.0, lo.shape)
-    t[..., :50] = 0.0
-    t[..., 50:100] = 1.0  # the ends themselves
-    return np.clip(lo + t * (hi - lo), lo, hi)
-
-
 def _derivatives(f, xs, order):
     """``f`` and its partial derivatives up to ``order`` in ``xs`` (PyTensor's grads)."""
     out, layer = [f], [f]
@@ -115,7 +109,7 @@ def _check_enclosures(graphs, xs, boxes, rng, narrow_tol):
     out = evaluate_intervals(graphs, dict(zip(xs, boxes, strict=True)))
     fn = pytensor.function(xs, graphs, mode="FAST_RUN")
     for _ in range(4):
-        pts = [_inside(rng, lo, hi) for lo, hi in boxes]
+        pts = [points_inside(rng, lo, hi) for lo, hi in boxes]
         # the a > b boxes of the difference: points inside keep a > b
         for (e_lo, e_hi), v in zip(out, fn(*pts), strict=True):
             ok = np.isfinite(v)
