@@ -47,6 +47,7 @@ def test_defaults_match_nuts(step_class, family, recwarn):
     assert not any("rows per iteration" in str(w.message) for w in recwarn)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", row_models.AUTOMATIC)
 @pytest.mark.parametrize("step_class", [pms.AusterityMH, pms.BarkerMinibatch])
 def test_defaults_match_nuts_on_automatic_families(step_class, name):

@@ -19,7 +19,7 @@ from pymc_subsample.datasets import random_effects_data, random_effects_model
 from tests.family_checks import check_posterior
 from tests.make_glm_references import ISSUE_27_CROSSED, ISSUE_27_GROUPS, crossed_model
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 ROWS = 100_000
 
