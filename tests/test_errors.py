@@ -249,11 +249,7 @@ def test_matrix_product_over_rows_couples_rows():
 
 
 def test_coupling_in_one_of_two_observed_variables_is_named():
-    with pm.Model() as model:
-        b = pm.Normal("b", 0, 1, shape=2)
-        eta = pm.Data("X", X) @ b
-        pm.Bernoulli("fine", logit_p=eta, observed=Y)
-        pm.Normal("sorted", mu=pt.sort(eta), sigma=1, observed=RNG.normal(size=60))
+    model = _coupled_models()[("sorted", "Sort")]()
     with pytest.raises(SubsamplingModelError, match=r"'sorted' couples its rows.*Sort"):
         SubsampledLikelihood(model)
 
@@ -296,6 +292,7 @@ def test_couplings_are_refused_against_the_union_of_the_check_rows(coupled, monk
                                                     rf"check's row sets together.*{op}"):
         SubsampledLikelihood(_coupled_models()[coupled]())
     SubsampledLikelihood(_logistic())
+
 
 def test_ambiguous_row_axis_of_data():
     with pm.Model() as model:
