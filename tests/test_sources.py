@@ -120,6 +120,12 @@ def test_chunked_sources_read_each_chunk_once_per_pass(kind, tmp_path, monkeypat
     if kind == "dask":  # a bound on the bytes computed at once: one chunk a call here
         monkeypatch.setattr("pymc_subsample.model.data.GATHER_BYTES", 1)
         np.testing.assert_array_equal(source._take_sorted(idx), ref[idx])
+        # a few rows of large chunks: Dask's own indexing, no whole chunk
+        monkeypatch.setattr("pymc_subsample.model.data.SPARSE_BYTES", 0)
+        read.clear()
+        np.testing.assert_array_equal(source.take(idx[:3]), ref[idx[:3]])
+        np.testing.assert_array_equal(source.take(np.arange(1500, 1510)), ref[1500:1510])
+        assert read == []
 
 @pytest.mark.slow
 def test_same_seed_same_draws_from_every_source(files):
