@@ -7,7 +7,10 @@
   operating system pages rows in as they are read, and a process sampling another chain opens
   the file again instead of receiving a copy;
 - a Zarr array (``zarr.open_array(path)``): read chunk by chunk;
-- a Dask array: read block by block (``dask.compute``).
+- a Dask array: its chunks computed with ``dask.compute``.
+
+Zarr and Dask sources are :class:`ChunkedSource` s: consecutive rows are read as the whole
+chunks that hold them, each chunk once in a full-data pass.
 
 Every source answers one question, :meth:`RowSource.take` (the rows ``idx`` as a NumPy array,
 gathered in sorted order so that each file page or chunk is read once), and yields
