@@ -303,8 +303,8 @@ def _open_npy(path: str) -> ArraySource:
 class ChunkedSource(RowSource):
     """A source stored in chunks of rows (Zarr, Dask), read in whole chunks.
 
-    Decompressing a Zarr chunk or computing a Dask chunk gives all its rows whatever few are
-    asked for, so the chunks are the unit of every read: consecutive rows
+    Reading any row of a Zarr chunk decompresses all its rows, and a Dask chunk is computed
+    whole, so the chunks are the unit of the reads: consecutive rows
     (:meth:`_slice`, a full-data pass's blocks) are one read of the chunks that hold them,
     and the last of those chunks is kept when the rows end inside it, so that a pass whose
     blocks do not fall on chunk boundaries still reads each chunk once.
@@ -382,8 +382,9 @@ class ZarrSource(ChunkedSource):
 GATHER_BYTES = 64 * 2**20
 #: A Dask source reads rows by Dask's indexing, not whole chunks, when the chunks that hold
 #: them have more than this many times their rows and SPARSE_BYTES in all: one row of a
-#: 65,536-row chunk of a Zarr store took 14 ms of CPU as the whole chunk, 3 ms by indexing;
-#: a row of a 4,096-row chunk 3 ms as the chunk, 5 ms by indexing (2026-11-27, load 8).
+#: 65,536-row chunk of a Zarr store took 14-20 ms of CPU as the whole chunk, 3.1-3.3 ms by
+#: indexing; a row of a 4,096-row chunk 2.5-3.1 ms as the chunk, 4.5 ms by indexing
+#: (2026-11-27, load 7-9).
 SPARSE_FACTOR = 8
 SPARSE_BYTES = 2**20
 
@@ -394,7 +395,8 @@ class DaskSource(ChunkedSource):
     Its row chunks are the Dask array's own (columns in one chunk), each a ``Delayed`` made
     once (``to_delayed``), so that reading rows is one ``dask.compute`` of the chunks that
     hold them: slicing the array instead built and optimised a graph over all its chunks at
-    each read (about 25 ms of CPU a 65,536-row block, against 2-4 ms, at 2,442 chunks). The
+    each read (a 65,536-row block of a memory-mapped array in 2,442 chunks: 25.5 ms of CPU a
+    block against 3.6 ms, load 9). The
     chunks are computed with the scheduler set (``dask.config.set(scheduler=...)``, or a
     ``dask.distributed`` client, which sets it), else Dask's threaded scheduler, so that the
     chunks of a block are read side by side.
@@ -461,7 +463,7 @@ class DaskSource(ChunkedSource):
         chunks, first = np.unique(self._chunk_of(rows), return_index=True)
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
         if self._sparse(rows.size, int((bounds[chunks + 1] - bounds[chunks]).sum())):
-            return np.asarray(self.array[rows].compute())
+            return np.asarray(self.array[rows].compute(scheduler=self._scheduler()))
         last = np.append(first[1:], rows.size)  # rows are sorted: a chunk's are a run
         per_call = max(1, GATHER_BYTES // max(1, row_bytes * self.chunk_rows))
         out = np.empty((rows.size, *self.shape[1:]), dtype=self.dtype)
