@@ -7,9 +7,12 @@ process). After a small warm-up build, each source's model is built ``--repeat``
 ``pms.MHSS()``; each line gives the build's wall and CPU seconds (all threads), the load average
 after it, the full-data passes and their seconds, and θ̂'s first coordinates (the subsample of
 Zarr and Dask sources is drawn in runs of chunks, so θ̂ differs from the ``.npy`` one within the
-mode tolerance).
+mode tolerance). ``--dask-chunk-rows`` gives the Dask arrays chunks of that many rows
+(``da.from_zarr(path, chunks=...)``; default: the Zarr store's own chunks): a Dask chunk costs
+about a millisecond of CPU whatever its size (one task, one Zarr call).
 
     python benchmarks/source_setup.py --rows 1e7 --sources npy zarr dask
+    python benchmarks/source_setup.py --rows 1e7 --sources dask --dask-chunk-rows 65536
 """
 
 from __future__ import annotations
@@ -26,14 +29,18 @@ import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model
 
 
-def _source(directory: Path, kind: str):
+def _source(directory: Path, kind: str, dask_chunk_rows: int | None = None):
     if kind == "npy":
         return directory / "X.npy", directory / "y.npy"
     if kind == "zarr":
         return directory / "X.zarr", directory / "y.zarr"
     import dask.array as da
 
-    return da.from_zarr(str(directory / "X.zarr")), da.from_zarr(str(directory / "y.zarr"))
+    X, y = str(directory / "X.zarr"), str(directory / "y.zarr")
+    if dask_chunk_rows:
+        return (da.from_zarr(X, chunks=(dask_chunk_rows, -1)),
+                da.from_zarr(y, chunks=(dask_chunk_rows,)))
+    return da.from_zarr(X), da.from_zarr(y)
 
 
 def main(argv=None) -> None:
@@ -42,6 +49,7 @@ def main(argv=None) -> None:
     parser.add_argument("--sources", nargs="+", choices=["npy", "zarr", "dask"],
                         default=["npy", "zarr", "dask"])
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--dask-chunk-rows", type=int, default=None)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/pymc_subsample_tall"))
     args = parser.parse_args(argv)
     logging.getLogger("pymc").setLevel(logging.ERROR)
@@ -51,14 +59,16 @@ def main(argv=None) -> None:
         pms.MHSS(progressbar=False)  # warm-up: PyTensor's once-per-process start
     for kind in args.sources:
         for _ in range(args.repeat):
-            X, y = _source(directory, kind)
+            X, y = _source(directory, kind, args.dask_chunk_rows)
             with glm_model(X, y, "logistic", tall=True):
                 t0, cpu0 = time.perf_counter(), time.process_time()
                 step = pms.MHSS(progressbar=False)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             profile = step.setup.setup_profile
             load = open("/proc/loadavg").read().split()[0]
-            print(f"{kind} setup {wall:.2f} s cpu {cpu:.2f} s load {load} passes "
+            label = (f"dask({args.dask_chunk_rows} rows)"
+                     if kind == "dask" and args.dask_chunk_rows else kind)
+            print(f"{label} setup {wall:.2f} s cpu {cpu:.2f} s load {load} passes "
                   f"{profile['full_data_passes']} passes_s {profile['full_data_passes_s']:.2f} "
                   f"theta0 {np.round(step.setup.theta_hat[:3], 8)}", flush=True)
             del step

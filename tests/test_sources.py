@@ -90,6 +90,43 @@ def test_take_reads_any_rows(kind, files):
     np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), ref)
 
 
+
+@pytest.mark.parametrize("kind", ["zarr", "dask"])
+def test_chunked_sources_read_each_chunk_once_per_pass(kind, tmp_path, monkeypatch):
+    """Blocks that do not fall on chunk boundaries (Dask chunks of uneven sizes too) read
+    every chunk once, whole; scattered rows come from the chunks that hold them."""
+    rng = np.random.default_rng(4)
+    ref = rng.normal(size=(5003, 3))
+    if kind == "zarr":
+        zarr = pytest.importorskip("zarr")
+        value = zarr.open_array(tmp_path / "a.zarr", mode="w", shape=ref.shape,
+                                dtype=ref.dtype, chunks=(700, 2))
+        value[:] = ref
+    else:
+        da = pytest.importorskip("dask.array")
+        value = da.from_array(ref, chunks=((1000, 1, 2500, 1502), (2, 1)))
+    source = as_row_source(value)
+    read = []
+    read_chunks = type(source)._read_chunks
+    monkeypatch.setattr(type(source), "_read_chunks", lambda self, first, stop: read.extend(
+        range(first, stop)) or read_chunks(self, first, stop))
+    for block_rows in (999, 4096):
+        read.clear()
+        blocks = list(source.blocks(block_rows))
+        np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), ref)
+        assert read == list(range(len(source._chunk_bounds()) - 1))
+    idx = np.sort(rng.choice(ref.shape[0], 40, replace=False))
+    np.testing.assert_array_equal(source.take(idx[::-1]), ref[idx[::-1]])
+    if kind == "dask":  # a bound on the bytes computed at once: one chunk a call here
+        monkeypatch.setattr("pymc_subsample.model.data.GATHER_BYTES", 1)
+        np.testing.assert_array_equal(source._take_sorted(idx), ref[idx])
+        # a few rows of large chunks: Dask's own indexing, no whole chunk
+        monkeypatch.setattr("pymc_subsample.model.data.SPARSE_BYTES", 0)
+        read.clear()
+        np.testing.assert_array_equal(source.take(idx[:3]), ref[idx[:3]])
+        np.testing.assert_array_equal(source.take(np.arange(1500, 1510)), ref[1500:1510])
+        assert read == []
+
 @pytest.mark.slow
 def test_same_seed_same_draws_from_every_source(files):
     """The done-when of issue 12 at a smaller N: NumPy, memmap, Zarr and Dask agree exactly."""

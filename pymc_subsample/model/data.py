@@ -7,7 +7,10 @@
   operating system pages rows in as they are read, and a process sampling another chain opens
   the file again instead of receiving a copy;
 - a Zarr array (``zarr.open_array(path)``): read chunk by chunk;
-- a Dask array: read block by block (``dask.compute``).
+- a Dask array: its chunks computed with ``dask.compute``.
+
+Zarr and Dask sources are :class:`ChunkedSource` s: consecutive rows are read as the whole
+chunks that hold them, each chunk once in a full-data pass.
 
 Every source answers one question, :meth:`RowSource.take` (the rows ``idx`` as a NumPy array,
 gathered in sorted order so that each file page or chunk is read once), and yields
@@ -297,55 +300,179 @@ def _open_npy(path: str) -> ArraySource:
     return ArraySource(np.load(path, mmap_mode="r"))
 
 
-class ZarrSource(RowSource):
-    """A Zarr array read by orthogonal selection (each chunk holding asked rows read once)."""
+class ChunkedSource(RowSource):
+    """A source stored in chunks of rows (Zarr, Dask), read in whole chunks.
+
+    Reading any row of a Zarr chunk decompresses all its rows, and a Dask chunk is computed
+    whole, so the chunks are the unit of the reads: consecutive rows
+    (:meth:`_slice`, a full-data pass's blocks) are one read of the chunks that hold them,
+    and the last of those chunks is kept when the rows end inside it, so that a pass whose
+    blocks do not fall on chunk boundaries still reads each chunk once.
+    """
 
     in_memory = False
+
+    def _chunk_bounds(self) -> np.ndarray:
+        """Row boundaries of the chunks along the first axis (int64, ``n_chunks + 1``)."""
+        raise NotImplementedError
+
+    def _read_chunks(self, first: int, stop: int) -> np.ndarray:
+        """The rows of chunks ``first:stop``, in one read."""
+        raise NotImplementedError
+
+    @property
+    def chunk_rows(self) -> int:
+        return int(np.diff(self._chunk_bounds()).max())
+
+    def _chunk_of(self, rows):
+        """The chunks holding rows ``rows`` (an int or a sorted array)."""
+        return np.searchsorted(self._chunk_bounds(), rows, side="right") - 1
+
+    def _slice(self, start: int, stop: int) -> np.ndarray:
+        bounds = self._chunk_bounds()
+        first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
+        # the last chunk of the previous read (one assignment: a race only costs a re-read)
+        kept = self.__dict__.get("_kept")
+        parts = []
+        if kept is not None and kept[0] == first:
+            parts.append(kept[1])
+        if first + len(parts) <= last:
+            parts.append(self._read_chunks(first + len(parts), last + 1))
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        # the next block of a pass starts inside this chunk: keep it (a copy: no view that
+        # holds the whole block)
+        self._kept = ((last, np.array(rows[bounds[last] - bounds[first]:]))
+                      if stop < bounds[last + 1] else None)
+        return rows[start - bounds[first] : stop - bounds[first]]
+
+    def __getstate__(self) -> dict:
+        # what a process reads is its own (PyMC pickles the step for each worker)
+        return {k: v for k, v in super().__getstate__().items()
+                if k not in ("_kept", "_tasks", "_bounds")}
+
+
+class ZarrSource(ChunkedSource):
+    """A Zarr array: consecutive rows read as whole chunks (:class:`ChunkedSource`), other
+    rows by orthogonal selection (each chunk holding asked rows read once)."""
 
     def __init__(self, array) -> None:
         self.array = array
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
 
+    def _chunk_bounds(self) -> np.ndarray:
+        bounds = self.__dict__.get("_bounds")
+        if bounds is None:
+            step = int(self.array.chunks[0])
+            bounds = np.append(np.arange(0, self.n_rows, step, dtype=np.int64), self.n_rows)
+            self._bounds = bounds
+        return bounds
+
+    def _read_chunks(self, first: int, stop: int) -> np.ndarray:
+        bounds = self._chunk_bounds()
+        return np.asarray(self.array[bounds[first] : bounds[stop]])
+
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
         return np.asarray(self.array.get_orthogonal_selection((rows,)))
-
-    @property
-    def chunk_rows(self) -> int:
-        return int(self.array.chunks[0])
 
     def user_value(self):
         return _require("dask.array").array.from_zarr(self.array)
 
 
-class DaskSource(RowSource):
-    """A Dask array, computed block by block with the active scheduler.
+#: Bytes of chunks a Dask source computes at once to gather scattered rows (bounds memory).
+GATHER_BYTES = 64 * 2**20
+#: A Dask source reads rows by Dask's indexing, not whole chunks, when the chunks that hold
+#: them have more than this many times their rows and SPARSE_BYTES in all: one row of a
+#: 65,536-row chunk of a Zarr store took 14-20 ms of CPU as the whole chunk, 3.1-3.3 ms by
+#: indexing; a row of a 4,096-row chunk 2.5-3.1 ms as the chunk, 4.5 ms by indexing
+#: (2026-11-27, load 7-9).
+SPARSE_FACTOR = 8
+SPARSE_BYTES = 2**20
 
-    A block of consecutive rows (a full-data pass reads them in order, on a thread of its
-    own beside the threads that compute) is computed on that thread with Dask's synchronous
-    scheduler unless a scheduler is set (``dask.config.set(scheduler=...)``, or a
-    ``dask.distributed`` client, which sets it): handing each chunk's task to Dask's thread
-    pool and back cost more than reading it (a 65,536-row block of 4,096-row chunks from
-    Zarr, 39 ms of CPU a block against 30 ms, ``docs/benchmarks.md``).
+
+class DaskSource(ChunkedSource):
+    """A Dask array, computed chunk by chunk with the active scheduler.
+
+    Its row chunks are the Dask array's own (columns in one chunk), each a ``Delayed`` made
+    once (``to_delayed``), so that reading rows is one ``dask.compute`` of the chunks that
+    hold them: slicing the array instead built and optimised a graph over all its chunks at
+    each read (a 65,536-row block of a memory-mapped array in 2,442 chunks: 25.5 ms of CPU a
+    block against 3.6 ms, load 9). The
+    chunks are computed with the scheduler set (``dask.config.set(scheduler=...)``, or a
+    ``dask.distributed`` client, which sets it), else Dask's threaded scheduler, so that the
+    chunks of a block are read side by side.
     """
-
-    in_memory = False
 
     def __init__(self, array) -> None:
         self.array = array
         self.shape, self.dtype = tuple(int(n) for n in array.shape), np.dtype(array.dtype)
 
-    def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(self.array[rows].compute())
+    def _chunk_tasks(self) -> np.ndarray:
+        """The row chunks as ``Delayed`` objects (made once; the graph optimised once)."""
+        tasks = self.__dict__.get("_tasks")
+        if tasks is None:
+            array = self.array
+            if any(len(c) > 1 for c in array.chunks[1:]):
+                array = array.rechunk({a: -1 for a in range(1, array.ndim)})
+            tasks = array.to_delayed().reshape(-1)
+            self._tasks = tasks
+        return tasks
 
-    @property
-    def chunk_rows(self) -> int:
-        return int(max(self.array.chunks[0]))
+    def _chunk_bounds(self) -> np.ndarray:
+        bounds = self.__dict__.get("_bounds")
+        if bounds is None:
+            bounds = np.cumsum((0, *self.array.chunks[0]), dtype=np.int64)
+            self._bounds = bounds
+        return bounds
 
-    def _slice(self, start: int, stop: int) -> np.ndarray:
+    @staticmethod
+    def _scheduler() -> str | None:
         import dask
 
-        scheduler = None if dask.config.get("scheduler", None) is not None else "synchronous"
-        return np.asarray(self.array[start:stop].compute(scheduler=scheduler))
+        return None if dask.config.get("scheduler", None) is not None else "threads"
+
+    def _compute(self, chunks) -> tuple[np.ndarray, ...]:
+        import dask
+
+        return dask.compute(*self._chunk_tasks()[chunks], scheduler=self._scheduler())
+
+    def _sparse(self, rows: int, held: int) -> bool:
+        """Whether ``rows`` rows are a small part of the ``held`` rows of the chunks that
+        hold them (:data:`SPARSE_FACTOR`): Dask's own indexing then reads only what the
+        chunks' readers give for those rows (from Zarr, the Zarr chunks that hold them)."""
+        row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        return held > SPARSE_FACTOR * rows and held * row_bytes > SPARSE_BYTES
+
+    def _slice(self, start: int, stop: int) -> np.ndarray:
+        bounds = self._chunk_bounds()
+        first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
+        kept = self.__dict__.get("_kept")
+        if ((kept is None or kept[0] != first)
+                and self._sparse(stop - start, int(bounds[last + 1] - bounds[first]))):
+            return np.asarray(self.array[start:stop].compute(scheduler=self._scheduler()))
+        return super()._slice(start, stop)
+
+    def _read_chunks(self, first: int, stop: int) -> np.ndarray:
+        parts = [np.asarray(p) for p in self._compute(slice(first, stop))]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
+        """The rows ``rows`` from the chunks that hold them, computed :data:`GATHER_BYTES` of
+        chunks at a time (rows scattered over every chunk never hold the whole array), or by
+        Dask's indexing when they are a small part of large chunks (:data:`SPARSE_FACTOR`)."""
+        bounds = self._chunk_bounds()
+        chunks, first = np.unique(self._chunk_of(rows), return_index=True)
+        row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        if self._sparse(rows.size, int((bounds[chunks + 1] - bounds[chunks]).sum())):
+            return np.asarray(self.array[rows].compute(scheduler=self._scheduler()))
+        last = np.append(first[1:], rows.size)  # rows are sorted: a chunk's are a run
+        per_call = max(1, GATHER_BYTES // max(1, row_bytes * self.chunk_rows))
+        out = np.empty((rows.size, *self.shape[1:]), dtype=self.dtype)
+        for i in range(0, chunks.size, per_call):
+            parts = self._compute(chunks[i : i + per_call])
+            for k, part in enumerate(parts, start=i):
+                lo, hi = first[k], last[k]
+                out[lo:hi] = np.asarray(part)[rows[lo:hi] - bounds[chunks[k]]]
+        return out
 
     def all_finite(self) -> bool:
         """A Dask reduction: on the cluster when a client is active, only a bool comes back."""
