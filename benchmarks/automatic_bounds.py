@@ -40,7 +40,7 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
     rng = np.random.default_rng(seed)
     X, eta = _design(rng, n)
     with pm.Model() as m:
-        if name not in ("ordered_logistic", "multinomial_logit"):
+        if name not in ("ordered_logistic", "ordered_probit", "multinomial_logit"):
             b = pm.Normal("b", 0, 5, shape=D)
             lin = pm.Data("X", X) @ b
         if name == "binomial":
@@ -114,6 +114,14 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
                                compute_p=False,
                                observed=np.searchsorted(np.array([-1.0, 0.0, 1.2]),
                                                         eta + rng.logistic(size=n)))
+        elif name == "ordered_probit":  # as ordered_logistic, Normal noise and sigma 1
+            b = pm.Normal("b", 0, 5, shape=D - 1)
+            c = pm.Normal("c", np.linspace(-1, 1, 3), 3.0,
+                          transform=pm.distributions.transforms.ordered)
+            pm.OrderedProbit("y", eta=pm.Data("X", X[:, 1:]) @ b, cutpoints=c, sigma=1.0,
+                             compute_p=False,
+                             observed=np.searchsorted(np.array([-1.0, 0.0, 1.2]),
+                                                      eta + rng.normal(size=n)))
         elif name == "multinomial_logit":
             B = pm.Normal("B", 0, 5, shape=(D, 2))
             logits = np.column_stack([np.zeros(n), eta, -eta])
@@ -181,7 +189,7 @@ def main() -> None:
     new = ["binomial", "lognormal", "exponential", "weibull", "beta", "beta_binomial",
            "censored_weibull", "zero_inflated_poisson", "hurdle_poisson", "hurdle_lognormal",
            "ordered_logistic", "multinomial_logit", "tobit", "censored_normal_both",
-           "truncated_normal"]
+           "truncated_normal", "ordered_probit"]
     both = ["logistic", "poisson_log", "normal_sigma"]
     cases = [(f, False) for f in new] + [(f, a) for f in both for a in (False, True)]
     if args.families:

@@ -118,7 +118,7 @@ def main(argv=None) -> None:
     likelihood_module.NUMPY_PASS_ROWS = default_rows
     rows = np.arange(min(n, 10**6), dtype=np.int64)
     for mode, data_pass in passes.items():
-        wakes, longest = _probe(lambda p=data_pass: p._fn(theta, rows, np.bool_(False)))
+        wakes, longest = _probe(lambda p=data_pass: p._fn(theta, rows))
         print(f"{mode} pass function on {rows.size:.0e} rows: {wakes} probe wake-ups inside a "
               f"call, the longest stretch without one {longest:.0%} of the call "
               f"(load {_load()})")

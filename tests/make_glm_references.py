@@ -44,6 +44,7 @@ CASES = [("poisson_log", 20_000, 4, 9), ("gaussian_scale", 20_000, 4, 9),
          ("gamma_log_scale", 20_000, 4, 9), ("random_effects", 12_000, 3, 5),
          ("random_effects_noncentred", 12_000, 3, 5), ("random_effects_many", 12_000, 3, 5),
          ("random_effects_funnel", 3200, 3, 5), ("random_effects_crossed", 6000, 3, 7),
+         ("random_effects_1000", 100_000, 3, 5), ("random_effects_crossed_200x50", 100_000, 3, 7),
          ("student_t_nu", 20_000, 4, 9),
          ("logistic_product", 20_000, 4, 9), ("logistic", 20_000, 4, 9),
          ("censored_weibull_right", 3000, row_models.D + 1, 4),
@@ -56,14 +57,18 @@ RE_GROUPS, MANY_GROUPS = 40, 64
 #: Levels of the two crossed factors of ``"random_effects_crossed"`` (the first split, the
 #: second among the fixed coordinates: ``pymc_subsample.model.crossed``).
 CROSSED_GROUPS = (70, 12)
+#: The cases of issue 27 at its sizes (10⁵ rows): levels of ``"random_effects_1000"`` (one
+#: factor, centred) and of ``"random_effects_crossed_200x50"``'s two factors.
+ISSUE_27_GROUPS, ISSUE_27_CROSSED = 1000, (200, 50)
 
 
-def crossed_model(n: int, seed: int, d: int = 3) -> pm.Model:
+def crossed_model(n: int, seed: int, d: int = 3,
+                  groups: tuple[int, int] = CROSSED_GROUPS) -> pm.Model:
     """Crossed random intercepts, logistic: ``η = Xb + u[g] + v[h]`` with
-    ``u ~ N(0, s_u)`` on :data:`CROSSED_GROUPS`'s first factor, ``v ~ N(0, s_v)`` on its second,
-    each row's two levels uniform (the data drawn from ``seed``)."""
+    ``u ~ N(0, s_u)`` on the first factor's ``groups[0]`` levels, ``v ~ N(0, s_v)`` on the
+    second's ``groups[1]``, each row's two levels uniform (the data drawn from ``seed``)."""
     rng = np.random.default_rng(seed)
-    g1, g2 = CROSSED_GROUPS
+    g1, g2 = groups
     X = np.column_stack([np.ones(n), rng.normal(size=(n, d - 1))])
     first, second = rng.integers(0, g1, n), rng.integers(0, g2, n)
     eta = (X @ rng.normal(0.0, 0.5, d) + rng.normal(0.0, 0.6, g1)[first]
@@ -90,11 +95,19 @@ def reference_model(family: str, n: int, d: int, seed: int) -> pm.Model:
     for ``"random_effects_noncentred"``, centred with :data:`MANY_GROUPS` groups for
     ``"random_effects_many"``, and non-centred with :data:`MANY_GROUPS` groups for
     ``"random_effects_funnel"`` (50 rows a level: the centred joint posterior has no mode, and
-    NUTS samples its non-centred twin; :func:`make` stores ``u = s·z``)."""
+    NUTS samples its non-centred twin; :func:`make` stores ``u = s·z``); the crossed
+    intercepts of :func:`crossed_model` for ``"random_effects_crossed"`` and
+    ``"random_effects_crossed_200x50"``, and :data:`ISSUE_27_GROUPS` centred groups for
+    ``"random_effects_1000"``."""
     if family in row_models.MODELS:
         return row_models.MODELS[family](n, seed=seed)
     if family == "random_effects_crossed":
         return crossed_model(n, seed, d)
+    if family == "random_effects_crossed_200x50":
+        return crossed_model(n, seed, d, ISSUE_27_CROSSED)
+    if family == "random_effects_1000":
+        return random_effects_model(*random_effects_data(n, d, ISSUE_27_GROUPS, seed=seed),
+                                    groups=ISSUE_27_GROUPS)
     if family.startswith("random_effects"):
         groups = RE_GROUPS if family in ("random_effects", "random_effects_noncentred") \
             else MANY_GROUPS
@@ -113,6 +126,7 @@ PYMC_NUTS = {
     # PyMC's normal log-CDF uses erfcx, which PyTensor's JAX backend has only with
     # tensorflow-probability installed
     "censored_normal_both": "no JAX erfcx",
+    "truncated_normal": "no JAX erfcx",
 }
 
 
@@ -120,7 +134,8 @@ def make(family: str, n: int, d: int, seed: int) -> Path:
     # NumPyro's NUTS for the cases added since it became the yardstick (same settings), PyMC's
     # for those of PYMC_NUTS
     numpyro = ((family in row_models.AUTOMATIC and family not in PYMC_NUTS)
-               or family in ("random_effects_funnel", "random_effects_crossed"))
+               or family.startswith(("random_effects_funnel", "random_effects_crossed",
+                                     "random_effects_1000")))
     sampler = "numpyro" if numpyro else "pymc"
     with reference_model(family, n, d, seed):
         idata = pm.sample(**SETTINGS, cores=1, progressbar=False, nuts_sampler=sampler)

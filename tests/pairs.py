@@ -1,4 +1,5 @@
-"""Random pairs of points in a ball of the Laplace frame, for the region-bound property tests."""
+"""Random pairs of points in a ball of the Laplace frame, for the region-bound property tests,
+and random points of random boxes, for the interval rules' tests."""
 
 from __future__ import annotations
 
@@ -98,3 +99,12 @@ def assert_poisson_counts(observed: np.ndarray, mean: np.ndarray, least: int) ->
     if rest.any():
         pooled = (observed[rest].sum() - mean[rest].sum()) / np.sqrt(mean[rest].sum())
         assert abs(pooled) < 4.5
+
+
+def points_inside(rng, lo, hi):
+    """Random points of the boxes ``[lo, hi]`` (along the last axis), the first 50 at ``lo``
+    and the next 50 at ``hi``: the ends themselves, where a rule's enclosure is tight."""
+    t = rng.uniform(0.0, 1.0, lo.shape)
+    t[..., :50] = 0.0
+    t[..., 50:100] = 1.0
+    return np.clip(lo + t * (hi - lo), lo, hi)

@@ -235,7 +235,8 @@ def ordered_probit(n: int, seed: int = 0) -> pm.Model:
         b = _coef(shape=D)
         c = pm.Normal("c", np.linspace(-1, 1, 3), 2.0,
                       transform=pm.distributions.transforms.ordered)
-        pm.OrderedProbit("y", eta=X @ b, cutpoints=c, sigma=1.0, observed=y)
+        pm.OrderedProbit("y", eta=X @ b, cutpoints=c, sigma=1.0, compute_p=False,
+                         observed=y)
     return model
 
 
@@ -389,7 +390,7 @@ AUTOMATIC: tuple[str, ...] = (
     "binomial_trials_array", "beta_binomial_trials", "lognormal", "beta", "exponential",
     "weibull", "censored_weibull_right", "censored_exponential_right", "zero_inflated_poisson",
     "hurdle_lognormal", "normal_mixture", "ordered_logistic", "censored_normal_both",
-    "categorical_reference_zeros", "hurdle_poisson",
+    "categorical_reference_zeros", "hurdle_poisson", "truncated_normal",
 )
 #: coefficients ``b`` of the models where they are not ``D + 1``
-COEFFICIENTS: dict[str, int] = {"normal_mixture": 2, "ordered_logistic": D}
+COEFFICIENTS: dict[str, int] = {"normal_mixture": 2, "ordered_logistic": D, "ordered_probit": D}

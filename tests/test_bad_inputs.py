@@ -394,8 +394,6 @@ CASES = [
     Case("MHSS: zero-inflated negative binomial",
          partial(row_models.zero_inflated_negative_binomial, N), MHSS,
          error(E, r"'y'.*mixes classes.*through 3 predictors.*at most 2.*UserBound")),
-    Case("MHSS: ordinal probit with sampled cutpoints", partial(row_models.ordered_probit, N),
-         MHSS, error(E, r"'y'.*ordinal probit.*log_diff_normal_cdf.*too loose.*UserBound")),
     Case("MHSS: Normal with sigma**2 + 0.1", normal_sigma_not_log_affine, MHSS,
          error(E, r"'resp'.*sampled sigma.*log\(sigma\) is not affine.*UserBound")),
     Case("MHSS: non-affine predictor", non_affine, MHSS,

@@ -120,7 +120,7 @@ def test_compiled_remainder_does_not_depend_on_the_reference_point(family):
 
     import pytensor
 
-    from pymc_subsample.model.glm import detect_location_scale_terms
+    from pymc_subsample.model.location_scale import detect_location_scale_terms
 
     X, y = glm_data(300, 3, family, seed=5)
     lik = SubsampledLikelihood(glm_model(X, y, family))

@@ -10,6 +10,7 @@ from pymc.sampling.parallel import ParallelSamplingError
 
 import pymc_subsample as pms
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model import row_checks
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 RNG = np.random.default_rng(0)
@@ -248,13 +249,49 @@ def test_matrix_product_over_rows_couples_rows():
 
 
 def test_coupling_in_one_of_two_observed_variables_is_named():
-    with pm.Model() as model:
-        b = pm.Normal("b", 0, 1, shape=2)
-        eta = pm.Data("X", X) @ b
-        pm.Bernoulli("fine", logit_p=eta, observed=Y)
-        pm.Normal("sorted", mu=pt.sort(eta), sigma=1, observed=RNG.normal(size=60))
+    model = _coupled_models()[("sorted", "Sort")]()
     with pytest.raises(SubsamplingModelError, match=r"'sorted' couples its rows.*Sort"):
         SubsampledLikelihood(model)
+
+
+def _coupled_models() -> dict:
+    """Models whose likelihood couples rows, each with the op its refusal names."""
+    def centred():
+        with pm.Model() as model:
+            b = pm.Normal("b", 0, 1, shape=2)
+            eta = pm.Data("X", X) @ b
+            pm.Bernoulli("y", logit_p=eta - eta.mean(), observed=Y)
+        return model
+
+    def cumsum():
+        with pm.Model() as model:
+            b = pm.Normal("b", 0, 1)
+            pm.Normal("walk", mu=pt.cumsum(b * pm.Data("x", X[:, 0])), sigma=1,
+                      observed=RNG.normal(size=60))
+        return model
+
+    def sort():
+        with pm.Model() as model:
+            b = pm.Normal("b", 0, 1, shape=2)
+            eta = pm.Data("X", X) @ b
+            pm.Bernoulli("fine", logit_p=eta, observed=Y)
+            pm.Normal("sorted", mu=pt.sort(eta), sigma=1, observed=RNG.normal(size=60))
+        return model
+
+    return {("y", "Sum"): centred, ("walk", "Cumsum"): cumsum, ("sorted", "Sort"): sort}
+
+
+@pytest.mark.parametrize("coupled", list(_coupled_models()))
+def test_couplings_are_refused_against_the_union_of_the_check_rows(coupled, monkeypatch):
+    """Above ``FULL_REFERENCE_ROWS`` rows the reference is our own terms on the union of the
+    check's row sets, not the model's on all rows: the same couplings are refused, the
+    reference named; a model without one passes."""
+    monkeypatch.setattr(row_checks, "FULL_REFERENCE_ROWS", 10)
+    name, op = coupled
+    with pytest.raises(SubsamplingModelError, match=rf"'{name}' couples its rows.*rows of the "
+                                                    rf"check's row sets together.*{op}"):
+        SubsampledLikelihood(_coupled_models()[coupled]())
+    SubsampledLikelihood(_logistic())
 
 
 def test_ambiguous_row_axis_of_data():

@@ -18,8 +18,8 @@ from scipy import stats
 
 from pymc_subsample.bounds import derivative_bound, glm_loglik
 from pymc_subsample.datasets import NB_ALPHA as ALPHA
-from pymc_subsample.model.glm import detect_location_scale_terms
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.location_scale import detect_location_scale_terms
 from tests.family_checks import (
     build,
     check_pairs,

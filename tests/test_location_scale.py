@@ -18,8 +18,8 @@ import pytest
 from pymc_subsample.bounds import normal_scale_row_constants
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.model.control_variates import TaylorControlVariate
-from pymc_subsample.model.glm import detect_location_scale_terms
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.location_scale import detect_location_scale_terms
 from pymc_subsample.model.passes import GenericPass, LocationScalePass
 from tests.family_checks import (
     check_two_predictor_family,

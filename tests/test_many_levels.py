@@ -20,7 +20,7 @@ from pymc_subsample.model.frame import LaplaceFrame, LevelFrame, NotPositiveDefi
 from pymc_subsample.model.levels import LevelHessian, LevelLayout, SplitRows
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
-from pymc_subsample.model.reference import _level_prior_hessian, _prior_terms
+from pymc_subsample.model.prior_hessian import level_prior_hessian, prior_terms
 from tests.family_checks import check_posterior
 from tests.make_glm_references import MANY_GROUPS
 
@@ -67,8 +67,8 @@ def test_structured_pass_equals_dense_pass(many_levels, monkeypatch):
 def test_structured_prior_hessian_equals_differences(many_levels):
     _, lik, theta = many_levels
     layout = GLMPass(lik).levels
-    v, g, h = _prior_terms(lik, theta, layout)
-    v_dense, g_dense, h_dense = _prior_terms(lik, theta)
+    v, g, h = prior_terms(lik, theta, layout)
+    v_dense, g_dense, h_dense = prior_terms(lik, theta)
     assert isinstance(h, LevelHessian)
     assert v == v_dense
     np.testing.assert_array_equal(g, g_dense)
@@ -81,11 +81,40 @@ def test_prior_hessian_with_coupled_levels_is_left_dense():
     layout = LevelLayout(0, 6, 8)
     h = np.diag(np.arange(1.0, 9.0))
     h[2, 3] = h[3, 2] = 0.5
-    assert _level_prior_hessian(lambda t: -h @ t, np.zeros(8), layout) is None
+    assert level_prior_hessian(lambda t: -h @ t, np.zeros(8), layout) is None
     h[2, 3] = h[3, 2] = 0.0
     h[0, 7] = h[7, 0] = 0.25  # a level coupled to a fixed coordinate is the arrow
-    got = _level_prior_hessian(lambda t: -h @ t, np.zeros(8), layout)
+    got = level_prior_hessian(lambda t: -h @ t, np.zeros(8), layout)
     np.testing.assert_allclose(got.dense(), -h, atol=1e-9)
+
+
+def test_prior_hessian_probes_uncoupled_vectors_together():
+    """Vectors of the fixed block uncoupled in the prior are probed as groups (a handful of
+    gradients); one coupled inside, or to another group, is probed column by column; the
+    Hessian is exact either way."""
+    layout = LevelLayout(0, 30, 60)
+    rng = np.random.default_rng(2)
+    h = np.diag(rng.uniform(1.0, 3.0, 60))
+    h[:30, 50] = h[50, :30] = 0.3  # the levels' scale
+    h[40:45, 51] = h[51, 40:45] = 0.2  # a vector's scale, a single
+    h[46, 47] = h[47, 46] = 0.1  # two coordinates of the group 45…49 coupled
+    h[36, 52] = h[52, 36] = 0.05  # the group 30…39 coupled to the group 52…59
+    calls = []
+
+    def gradient(t):
+        calls.append(1)
+        return -h @ t
+
+    groups = [(30, 40), (40, 45), (45, 50), (52, 60)]
+    got = level_prior_hessian(gradient, np.zeros(60), layout, groups)
+    np.testing.assert_allclose(got.dense(), -h, atol=1e-9)
+    # every group probed (3 patterns, 2 gradients each); the scalars 50 and 51, the group
+    # 45…49 and the smaller of the coupled 30…39 and 52…59 by columns (2 gradients each)
+    assert len(calls) == 6 * 5 + 2 * (2 + 5 + 8)
+    calls.clear()
+    assert np.allclose(level_prior_hessian(gradient, np.zeros(60), layout).dense(), -h,
+                       atol=1e-9)
+    assert len(calls) == 6 + 2 * 30
 
 
 @pytest.mark.parametrize("start", [0, 3])
@@ -182,7 +211,8 @@ def test_many_levels_take_a_map_point_and_a_proposal_cov(many_levels, built):
 
 def test_crossed_factors_split_the_larger(monkeypatch):
     """Crossed random intercepts (100 × 70 levels): the larger factor is split, the smaller
-    joins the fixed block, and the pass still equals the dense one."""
+    joins the fixed block as per-row levels (its columns summed per level), and the pass and
+    its rows still equal the dense ones."""
     rng = np.random.default_rng(7)
     n = 3000
     X = np.column_stack([np.ones(n), rng.normal(size=n)])
@@ -201,8 +231,16 @@ def test_crossed_factors_split_the_larger(monkeypatch):
     names = [v.name for v in lik.value_vars]
     start = sum(lik.unravel(np.zeros(lik.dim))[nm].size for nm in names[: names.index("u")])
     assert split.levels == LevelLayout(start, start + 100, lik.dim)
+    second = split.terms[0].split.second_columns
+    assert second.stop - second.start == 70
     res = split.full(theta)
+    idx = np.arange(200, dtype=np.int64)
+    x = split.rows(theta, idx)[1][0][0]
+    assert x.second is not None and x.fixed.shape[1] == lik.dim - 100 - 70
     monkeypatch.setattr(levels_module, "MIN_SPLIT_LEVELS", 10**9)
-    ref = GLMPass(lik).full(theta)
+    dense = GLMPass(lik)
+    ref = dense.full(theta)
     np.testing.assert_allclose(res.grad, ref.grad, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(res.hess.dense(), ref.hess, rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(x.dense(), dense.rows(theta, idx)[1][0][0])
+    np.testing.assert_allclose(x.norms(), np.linalg.norm(x.dense(), axis=1), rtol=1e-12)

@@ -12,9 +12,14 @@ from scipy import stats
 
 import pymc_subsample as pms
 from pymc_subsample.datasets import random_effects_data, random_effects_model
+from pymc_subsample.model.data_pass import PassResult
 from pymc_subsample.model.frame import laplace_frame
 from pymc_subsample.model.levels import LevelHessian, LevelLayout
-from pymc_subsample.model.marginal_mode import HYPER_TOLERANCE, marginal_mode
+from pymc_subsample.model.marginal_mode import (
+    HYPER_TOLERANCE,
+    marginal_mode,
+    surrogate_marginal_mode,
+)
 from tests.family_checks import check_posterior
 from tests.make_glm_references import MANY_GROUPS
 
@@ -120,3 +125,46 @@ def test_a_funnel_model_matches_nuts():
     assert step.level_moves is not None
     check_posterior(model, step, "random_effects_funnel", others=("u", "s"), max_rows=40,
                     case=(3200, 3, 5))
+
+
+class _NormalRows:
+    """The Normal–Normal hierarchy's data as a pass: ``Σ_k −n_k(ȳ_k − u_k)²/2`` (exactly
+    quadratic in ``u``, so its expansion at any point is itself), counting its passes."""
+
+    levels = None
+
+    def __init__(self) -> None:
+        self.n_passes = 0
+
+    def full(self, theta):
+        self.n_passes += 1
+        u = theta[:G]
+        grad = np.r_[N_ROWS * (Y_BAR - u), 0.0]
+        hess = LevelHessian(-N_ROWS, np.zeros((G, 1)), np.zeros((1, 1)), LevelLayout(0, G, G + 1))
+        return PassResult(float(-0.5 * np.sum(N_ROWS * (Y_BAR - u) ** 2)), grad, hess, None)
+
+
+def _log_post(theta, res):
+    """Prior ``u_k ~ N(0, e^{2τ})`` (constants dropped), ``τ ~ N(0, 1)``, plus the pass."""
+    u, tau = theta[:G], theta[G]
+    w = np.exp(-2 * tau)
+    value = -G * tau - 0.5 * w * np.sum(u**2) - tau**2 / 2
+    grad = np.r_[-w * u, -G + w * np.sum(u**2) - tau]
+    hess = LevelHessian(np.full(G, -w), (2 * w * u)[:, None],
+                        np.array([[-2 * w * np.sum(u**2) - 1.0]]), LevelLayout(0, G, G + 1))
+    return value + res.loglik, grad + res.grad, -(hess + res.hess)
+
+
+def test_surrogate_marginal_mode_is_the_exact_marginal_mode_in_a_few_passes():
+    """Data whose log-likelihood is quadratic: the expansion is exact, so the marginal mode
+    found on it is the exact marginal's maximum, in two passes (the second confirms)."""
+    rows = _NormalRows()
+    start = np.zeros(G + 1)
+    found = surrogate_marginal_mode(rows, _log_post, HYPER, start, start, rows.full(start),
+                                     tolerance=0.25)
+    best = scipy.optimize.minimize_scalar(lambda t: -exact_marginal(t), bounds=(-5, 2),
+                                          method="bounded", options={"xatol": 1e-8}).x
+    assert abs(found.theta[-1] - best) < HYPER_TOLERANCE
+    np.testing.assert_allclose(found.theta[:G], conditional_mode(False)(found.theta)[1][:G],
+                               atol=1e-6)
+    assert rows.n_passes <= 3

@@ -112,3 +112,57 @@ def test_prior_runs_as_ufunc_calls_and_matches_the_compiled_one():
     # log1mexp has no NumPy ufunc: compiled to C, not evaluated element by element
     fallback = lik.compile([lik.theta], pt.sum(pt.log1mexp(-pt.exp(lik.theta))), ufuncs=True)
     assert not isinstance(fallback.maker.linker, UfuncLinker)
+
+
+def test_the_family_check_is_numpy_calls_beside_a_compiled_pass(monkeypatch):
+    """The model's own row terms, compared with the family's on the rows a pass checks, are a
+    function of their own in NumPy calls (they release the GIL) even where the pass itself is
+    compiled to C; its sums are the family's, and a disagreement is refused."""
+    from pymc_subsample.errors import SubsamplingModelError
+
+    monkeypatch.setattr(likelihood_module, "NUMPY_PASS_ROWS", 0)
+    lik = SubsampledLikelihood(_model(3000, normal=False))
+    data_pass = GLMPass(lik)
+    assert _uses_c(data_pass._fn)
+    assert not _uses_c(data_pass._check_fn)
+    theta = np.random.default_rng(5).normal(size=lik.dim) * 0.3
+    idx = np.arange(100, 2100, dtype=np.int64)
+    (model_sum,) = data_pass._check_fn(theta, idx)
+    family_sum, _ = data_pass.rows(theta, idx, check=True)
+    assert float(model_sum) == pytest.approx(family_sum, rel=1e-12)
+    copy = data_pass.thread_copy()
+    assert copy._check_fn is not data_pass._check_fn
+    assert float(copy._check_fn(theta, idx)[0]) == float(model_sum)
+    check_fn = data_pass._check_fn
+    monkeypatch.setattr(data_pass, "_check_fn", lambda th, rows: [check_fn(th, rows)[0] + 1.0])
+    with pytest.raises(SubsamplingModelError, match="'y' was read as a GLM"):
+        data_pass.rows(theta, idx, check=True)
+    data_pass.rows(theta, idx, check=False)  # no check, no comparison
+
+
+def test_the_family_check_reads_each_row_once(monkeypatch):
+    """A list of subsample rows is checked the first time a pass reads it (the reference
+    fit's Newton steps read the same list at each step), all rows on the first full pass,
+    then nothing."""
+    monkeypatch.setenv("PYMC_SUBSAMPLE_THREADS", "1")
+    lik = SubsampledLikelihood(_model(3000, normal=False))
+    data_pass = GLMPass(lik)
+    checked, check_fn = [], data_pass._check_fn
+
+    def counted(theta, rows):
+        checked.append(rows.size)
+        return check_fn(theta, rows)
+
+    data_pass._check_fn = counted
+    theta = np.zeros(lik.dim)
+    chunks = [np.arange(0, 500), np.arange(700, 1200)]
+    data_pass.full(theta, idx_chunks=chunks)
+    data_pass.full(theta + 0.1, idx_chunks=chunks)
+    assert checked == [500, 500]
+    data_pass.full(theta, idx_chunks=[np.arange(0, 100)])
+    assert checked == [500, 500, 100]
+    data_pass.full(theta)
+    assert sum(checked[3:]) == lik.n_rows
+    data_pass.full(theta)
+    data_pass.full(theta, idx_chunks=chunks)
+    assert sum(checked) == 1100 + lik.n_rows

@@ -5,6 +5,10 @@ references of ``tests/make_glm_references.py`` (4 × 2500 draws): logistic, Pois
 log link, and a Normal regression whose σ is sampled, which no GLM pass covers: its reference
 fit and order-2 control variates take the generic pass (exact per-row Hessians). Tolerances
 are those of the exact samplers: |z| < 4.5 on every coordinate, sd within 10 %.
+
+The same at 2·10⁴ rows on every model of :data:`tests.row_models.AUTOMATIC` (issue 26, item 3:
+"also for AusterityMH and BarkerMinibatch"), each a plain PyMC model and a step with no
+arguments, against its stored NUTS reference, every free variable.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.model.passes import GenericPass, GLMPass
+from tests import row_models
 from tests.family_checks import DIM, N_ROWS, SEED, load_reference
 from tests.posterior import SAMPLE, assert_matches
 
@@ -40,3 +45,20 @@ def test_defaults_match_nuts(step_class, family, recwarn):
     # the defaults subsample: well under 10 % of the rows per iteration, and do not warn
     assert float(idata.sample_stats["n_data"].mean()) < 0.1 * N_ROWS
     assert not any("rows per iteration" in str(w.message) for w in recwarn)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", row_models.AUTOMATIC)
+@pytest.mark.parametrize("step_class", [pms.AusterityMH, pms.BarkerMinibatch])
+def test_defaults_match_nuts_on_automatic_families(step_class, name):
+    rows, seed = 20_000, 4
+    model = row_models.MODELS[name](rows, seed=seed)
+    data = load_reference(name, (rows, model["b"].type.shape[0], seed))
+    with model:
+        idata = pm.sample(2000, tune=1000, chains=2, step=step_class(), random_seed=13,
+                          **SAMPLE)
+    for var in (v.name for v in model.free_RVs):
+        prefix = "" if var == "b" else f"{var}_"
+        assert_matches(idata, data[f"{prefix}mean"], data[f"{prefix}sd"],
+                       data[f"{prefix}mcse"], var=var)
+    assert float(idata.sample_stats["n_data"].mean()) < 0.1 * rows

@@ -26,6 +26,7 @@ from pymc_subsample.bounds.interval import evaluate_intervals
 from pymc_subsample.bounds.special_ops import log_sum_exp
 from pymc_subsample.model.predictors import PredictorTerm
 from tests import row_models
+from tests.pairs import points_inside
 
 RNG_SEED = 20261127
 
@@ -34,13 +35,6 @@ def _boxes(rng, n, k, low=-8.0, high=8.0):
     lo = rng.uniform(low, high, (k, n))
     width = rng.uniform(0.0, 2.0, (k, n)) * rng.choice([1e-7, 1e-3, 1e-1, 1.0], n)
     return lo, lo + width
-
-
-def _inside(rng, lo, hi):
-    t = rng.uniform(0.0, 1.0, lo.shape)
-    t[..., :50] = 0.0
-    t[..., 50:100] = 1.0  # the ends themselves
-    return np.clip(lo + t * (hi - lo), lo, hi)
 
 
 def _weight_graph(j, xs):
@@ -57,7 +51,7 @@ def test_log_sum_exp_and_weights_enclose_their_values(k):
     lo, hi = _boxes(rng, n, k)
     out = evaluate_intervals(graphs, {x: (lo[i], hi[i]) for i, x in enumerate(xs)})
     for _ in range(4):
-        pts = _inside(rng, lo, hi)
+        pts = points_inside(rng, lo, hi)
         values = [sc.logsumexp(pts, axis=0), *sc.softmax(pts, axis=0)]
         for (e_lo, e_hi), v in zip(out, values, strict=True):
             assert np.all((e_lo <= v) & (v <= e_hi))

@@ -55,7 +55,6 @@ from pymc_subsample.bounds.interval import (
     undecided_comparisons,
 )
 from pymc_subsample.bounds.remainder import check_order
-from pymc_subsample.bounds.smooth_switch import SmoothCondition
 
 __all__ = ["AUTOMATIC_FAMILIES", "AutomaticFamily", "NonSmoothRow"]
 
@@ -84,6 +83,10 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
     ("multinomial_logit", "Categorical with logit_p=concatenate([zeros((N, 1)), X @ B], "
                           "axis=1), a reference class and at most 4 others"),
     ("hurdle_poisson", "HurdlePoisson with mu=exp(η) and a sampled psi"),
+    ("truncated_normal", "Truncated(Normal.dist(mu=η, sigma=s), lower=a and/or upper=b), s "
+                         "sampled"),
+    ("ordered_probit", "OrderedProbit with eta=η and sampled cutpoints (ordered transform, "
+                       "at most 3)"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor
@@ -185,9 +188,9 @@ class AutomaticFamily:
     """
 
     #: whether ``f`` switches between formulas on a predictor or compares one with ``<``,
-    #: ``≤``, ``>``, ``≥`` other than in PyMC's stabilised log-CDFs (a possible kink or
-    #: jump): its bound is infinite on every row whose box reaches such a switch point where
-    #: the row reads it
+    #: ``≤``, ``>``, ``≥`` (a possible kink or jump; PyMC's stabilised normal log-CDFs are ops
+    #: of their own by then, :mod:`~pymc_subsample.bounds.normal_cdf_ops`): its bound is
+    #: infinite on every row whose box reaches such a switch point where the row reads it
     inequality_switches = False
 
     #: interval enclosures of derivative graphs on every row: several times a pass over the
@@ -205,9 +208,6 @@ class AutomaticFamily:
         self._data = tuple(data)
         self._derivative_graphs: dict[int, tuple[list[tuple[int, ...]], list[Variable]]] = {}
         self._memo: dict[tuple[int, ...], Variable] = {(0,) * len(self._predictors): logp}
-        #: the PyMC functions whose switches ``f`` reads as smooth
-        #: (:class:`~pymc_subsample.bounds.smooth_switch.SmoothCondition`'s ``source``)
-        self.smooth_sources: set[str] = set()
         self._conditions = self._predictor_conditions()
         self._inputs = [*self._predictors, *self._data]
         #: the cell grids of the current pass (:class:`_CellGrid`), by order and the shared
@@ -238,13 +238,10 @@ class AutomaticFamily:
 
         They are the conditions of ``f``'s switches that depend on a predictor, and every
         inequality of a predictor (also one cast to a number). Not among them: a switch on an
-        *equality* (module docstring) and the conditions marked by
-        :func:`~pymc_subsample.bounds.smooth_switch.smooth_condition`, those of PyMC's
-        stabilised log-CDFs, whose branches are formulas of one analytic function."""
+        *equality* (module docstring)."""
         predictors = set(self._predictors)
         depends: dict[Variable, bool] = {}
         conditions: list[Variable] = []
-        marked: set[Variable] = set()
         for node in io_toposort([*self._predictors, *self._data], [self._f]):
             inputs_depend = [v in predictors or depends.get(v, False) for v in node.inputs]
             for out in node.outputs:
@@ -255,21 +252,13 @@ class AutomaticFamily:
             if isinstance(scalar, _KINKS):
                 raise NonSmoothRow(type(scalar).__name__)
             cond = node.inputs[0]
-            if isinstance(scalar, SmoothCondition):
-                marked.add(cond)
-                self.smooth_sources.add(scalar.source)
-            elif (isinstance(scalar, ps.Switch) and inputs_depend[0]
+            if (isinstance(scalar, ps.Switch) and inputs_depend[0]
                     and not isinstance(getattr(cond.owner.op, "scalar_op", None),
-                                       ps.EQ | ps.NEQ | SmoothCondition)):
+                                       ps.EQ | ps.NEQ)):
                 conditions.append(cond)
             elif isinstance(scalar, ps.LT | ps.LE | ps.GT | ps.GE):
                 conditions.append(node.outputs[0])
-        # a comparison read only through its smooth mark is not a kink
-        unmarked_uses = {v for node in io_toposort([*self._predictors, *self._data], [self._f])
-                         if not isinstance(getattr(node.op, "scalar_op", None), SmoothCondition)
-                         for v in node.inputs}
-        conditions = [c for c in dict.fromkeys(conditions)
-                      if c not in marked or c in unmarked_uses]
+        conditions = list(dict.fromkeys(conditions))
         # an inequality among them (a switch on isinf, a mixture's −∞ column, is not one)
         self.inequality_switches = any(
             isinstance(getattr(c.owner.op, "scalar_op", None), ps.LT | ps.LE | ps.GT | ps.GE)

@@ -464,7 +464,7 @@ def combine_multi_partials(
 
 #: Every registered family by name (one- and two-predictor), in the order the model layer's
 #: detections try them (:func:`pymc_subsample.model.glm.detect_glm_terms`,
-#: :func:`pymc_subsample.model.glm.detect_location_scale_terms`).
+#: :func:`pymc_subsample.model.location_scale.detect_location_scale_terms`).
 _REGISTRY: dict[str, Family | LocationScaleFamily] = {}
 
 

@@ -12,8 +12,6 @@ import scipy.special as sc
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 
-from pymc_subsample.bounds.smooth_switch import SmoothCondition
-
 __all__ = ["REL_ARITH", "RULES", "Interval", "NoIntervalRule", "as_bool", "magnitude", "outward",
            "outward_ulp"]
 
@@ -434,7 +432,6 @@ RULES: dict[type, Callable] = {
     ps.IsInf: _isinf,
     ps.IsNan: _isnan,
     ps.Identity: _identity,
-    SmoothCondition: _identity,
     ps.Second: _second,
 }
 

@@ -82,7 +82,8 @@ def round_up_float32(values) -> np.ndarray:
     out = values.astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         low = out < values
-    out[low] = np.nextafter(out[low], np.float32(np.inf))
+    # in place where rounded down, no gather and scatter of those entries
+    np.nextafter(out, np.float32(np.inf), out=out, where=low)
     return out
 
 

@@ -26,12 +26,14 @@ from pytensor.graph.replace import graph_replace
 from pymc_subsample.model.glm import (
     GLMTerm,
     family_terms,
+)
+from pymc_subsample.model.levels import quadratic_form
+from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.location_scale import (
     location_scale_logp,
     location_scale_terms,
     upper_pairs,
 )
-from pymc_subsample.model.levels import quadratic_form
-from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GenericPass
 from pymc_subsample.model.row_table import TabulatedRemainder, tabulable
 
@@ -91,7 +93,8 @@ class TaylorControlVariate:
         smaller graph (faster to compile and to evaluate); for a quadratic predictor the
         Taylor terms in ``θ``, with its linear part in place of ``η − η̂`` where ``θ``'s
         expansion needs it; with several predictors per row
-        (:func:`pymc_subsample.model.glm.detect_location_scale_terms`) the same in the predictors.
+        (:func:`pymc_subsample.model.location_scale.detect_location_scale_terms`) the same in
+        the predictors.
     tabulate : bool, optional
         Evaluate ``ξ_i`` in NumPy from a table of per-row constants
         (:class:`~pymc_subsample.model.row_table.TabulatedRemainder`: nothing compiled to C)
@@ -220,8 +223,8 @@ class TaylorControlVariate:
     def _location_scale_remainder_graph(self, terms):
         """``ξ_i`` for rows with several affine predictors ``p = (μ, λ, ...)``: ``f(p'_i) −
         f(p_i)`` minus the Taylor terms in ``p`` at ``p̂_i``, which equal those in ``θ`` because
-        ``p`` is affine (:func:`pymc_subsample.model.glm.location_scale_terms`, checked against the
-        model's likelihood by the data pass)."""
+        ``p`` is affine (:func:`pymc_subsample.model.location_scale.location_scale_terms`,
+        checked against the model's likelihood by the data pass)."""
         lik = self.likelihood
         theta_hat = self._theta_hat_input()
         xi = 0.0

@@ -138,7 +138,7 @@ class CrossedCoordinates:
     def rows(self, x: SplitRows) -> tuple[np.ndarray, ...] | None:
         """``(γ, α, k, β, l)`` of split rows (module docstring), or None when a row reads two
         of the second factor's levels or a held coordinate."""
-        fixed = x.fixed
+        fixed = x.fixed_block()
         second = fixed[:, self._pos2]
         if (np.any(np.count_nonzero(second, axis=1) > 1)
                 or np.any(fixed[:, self._pos_held] != 0.0)):

@@ -14,9 +14,10 @@ from typing import Protocol
 import numpy as np
 
 from pymc_subsample.bounds import LevelRows, SharedScaleRows
-from pymc_subsample.model.glm import GLMTerm, LocationScaleTerm
+from pymc_subsample.model.glm import GLMTerm
 from pymc_subsample.model.levels import LevelHessian, LevelLayout
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.location_scale import LocationScaleTerm
 
 __all__ = ["DataPass", "PassResult"]
 

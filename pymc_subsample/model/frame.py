@@ -306,7 +306,7 @@ class LevelFrame(LaplaceFrame):
         :class:`SplitRows` kept split (each row still on one level and the fixed block)."""
         if isinstance(rows, SplitRows):
             value = rows.value / self._sqrt_diag[rows.level]
-            fixed = (rows.fixed[:, self._perm] - value[:, None] * self._w[rows.level]
+            fixed = (rows.fixed_block()[:, self._perm] - value[:, None] * self._w[rows.level]
                      ) @ self._inv_chol_t
             return SplitRows(fixed, rows.level, value, rows.layout)
         rows = np.asarray(rows, dtype=np.float64)

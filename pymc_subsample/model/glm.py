@@ -8,15 +8,14 @@ family registered in :mod:`pymc_subsample.bounds` (the list is there, one object
 and link; ``docs/methods/mhss.md``, "The bound") to read its observed variable, then checks
 that ``η`` is affine in the sampled vector ``θ`` or a product of two parameters (quadratic):
 :func:`detect_glm_terms`. Rows with a location, a log-scale and further predictors (a Normal or
-Student-t with a sampled σ, a negative binomial with a sampled α):
-:func:`detect_location_scale_terms`. The passes over the data that use these terms are in
-:mod:`pymc_subsample.model.passes`.
+Student-t with a sampled σ, a negative binomial with a sampled α) are read by
+:mod:`pymc_subsample.model.location_scale`, with this module's affinity checks. The passes
+over the data that use these terms are in :mod:`pymc_subsample.model.passes`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 import pytensor.tensor as pt
@@ -41,21 +40,26 @@ from pymc_subsample.bounds import (
     scalar_op,
 )
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.model.levels import LevelLayout, find_level_factor, reads_levels
+from pymc_subsample.model.levels import (
+    LevelLayout,
+    find_level_factor,
+    find_level_factors,
+    reads_levels,
+)
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.rebuild import distribution_name
 
 __all__ = [
     "GLMTerm",
-    "LocationScaleTerm",
+    "depends_on_parameters",
     "detect_glm_terms",
-    "detect_location_scale_terms",
+    "dist_name",
     "family_terms",
-    "location_scale_logp",
-    "location_scale_terms",
+    "fixed_per_row",
     "not_affine",
+    "rows_of_affine",
+    "simplify_log",
     "unsupported",
-    "upper_pairs",
     "weighted_curvature",
 ]
 
@@ -79,7 +83,7 @@ class GLMTerm:
         The family's fixed parameters (:attr:`Family.params`) on the rows ``idx``, broadcast.
     rows : Variable or None
         ``∂η_i/∂θ`` as an ``(n, d)`` graph, free of ``θ`` when ``η`` is affine
-        (:func:`_rows_of_affine`); None when the rows are split by levels (:attr:`split`).
+        (:func:`rows_of_affine`); None when the rows are split by levels (:attr:`split`).
     curvature : Variable or None
         ``∂²η_i/∂θ²`` as an ``(n, d, d)`` graph free of ``θ`` when ``η`` is quadratic in ``θ``
         (a product of two parameters); None when it is affine.
@@ -100,13 +104,21 @@ class GLMTerm:
 class LevelSplit:
     """An affine predictor ``η_i = x_{F,i}ᵀθ_F + t_i u_{k_i} + o_i`` as graphs on the rows
     ``idx``: ``fixed_rows`` ``(n, d_F)``, ``level`` (``k_i``) and ``value`` (``t_i``), with the
-    layout of the levels in ``θ`` (:mod:`pymc_subsample.model.levels`)."""
+    layout of the levels in ``θ`` (:mod:`pymc_subsample.model.levels`).
+
+    With a second grouping factor read as ``v[h]`` (crossed random intercepts,
+    ``+ r_i v_{l_i}``), its levels stay in the fixed block but not in ``fixed_rows``:
+    ``second_columns`` are their positions among the fixed coordinates, ``level2`` and
+    ``value2`` give ``l_i`` and ``r_i`` (:class:`~pymc_subsample.model.levels.SecondLevels`).
+    """
 
     layout: LevelLayout
     fixed_rows: Variable
     level: Variable
     value: Variable
-
+    second_columns: slice | None = None
+    level2: Variable | None = None
+    value2: Variable | None = None
 
 
 def unsupported(name: str, what: str) -> SubsamplingModelError:
@@ -121,12 +133,12 @@ def unsupported(name: str, what: str) -> SubsamplingModelError:
     )
 
 
-def _depends_on_parameters(var: Variable, lik: SubsampledLikelihood) -> bool:
+def depends_on_parameters(var: Variable, lik: SubsampledLikelihood) -> bool:
     values = set(lik.value_vars)
     return any(v in values for v in ancestors([var]))
 
 
-def _fixed_per_row(
+def fixed_per_row(
     name: str, fam: Family | LocationScaleFamily, fixed: tuple[Variable, ...],
     lik: SubsampledLikelihood, refusal: str,
 ) -> tuple[Variable, ...]:
@@ -134,13 +146,13 @@ def _fixed_per_row(
     variable, when one depends on the sampled parameters (``refusal`` says why, with ``{param}``
     and ``{family}`` filled in)."""
     for param_name, value in zip(fam.params, fixed, strict=True):
-        if _depends_on_parameters(value, lik):
+        if depends_on_parameters(value, lik):
             raise unsupported(name, refusal.format(param=param_name, family=fam.description))
     n_rows = lik.idx.shape[0]
     return tuple(pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in fixed)
 
 
-def _dist_name(op) -> str:
+def dist_name(op) -> str:
     return type(op).__name__.removesuffix("RV")
 
 
@@ -178,16 +190,16 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
                 break
         else:
             links = " or ".join(f.description for f in candidates)
-            raise unsupported(block.name, f"its {_dist_name(op)} is not {links}")
+            raise unsupported(block.name, f"its {dist_name(op)} is not {links}")
         eta, fixed = read
-        params = _fixed_per_row(
+        params = fixed_per_row(
             block.name, fam, fixed, lik,
             "its Normal sigma is a sampled parameter and another observed variable is not such "
             "a Normal (MHSS bounds a sampled sigma when every observed variable is one)"
             if fam.name == "normal_identity" else
             "its {param} depends on the sampled parameters (MHSS bounds {family})",
         )
-        (eta_theta,) = lik.in_theta([_simplify_log(pt.broadcast_to(eta, (n_rows,)))])
+        (eta_theta,) = lik.in_theta([simplify_log(pt.broadcast_to(eta, (n_rows,)))])
         # one variable on many levels: its split rows are checked affine themselves, and the
         # dense rows' basis (a d × d identity, 800 MB at 10⁴ levels) is never built
         split = _split_rows(eta_theta, lik.theta) if len(lik.blocks) == 1 else None
@@ -207,36 +219,69 @@ def detect_glm_terms(lik: SubsampledLikelihood) -> list[GLMTerm]:
 
 def _split_rows(eta: Variable, theta: Variable) -> LevelSplit | None:
     """The affine ``eta``'s rows split by one grouping factor (:class:`LevelSplit`), or None
-    when it has none (:func:`~pymc_subsample.model.levels.find_level_factor`).
+    when it has none (:func:`~pymc_subsample.model.levels.find_level_factor`); by two when a
+    second factor (the next most levels, two or more:
+    :func:`~pymc_subsample.model.levels.find_level_factors`) is read the same way, else by
+    the first alone."""
+    first = find_level_factor(eta, theta)
+    if first is None:
+        return None
+    factors = find_level_factors(eta, theta)
+    lay = first[0]
+    second = next((f for f in factors[1:]
+                   if f[0].stop <= lay.start or lay.stop <= f[0].start), None)
+    split = _split_by(eta, theta, first, second) if second is not None else None
+    return split if split is not None else _split_by(eta, theta, first, None)
 
-    ``u[g]`` is replaced by a free vector ``v``; ``η`` must then read no level coordinate, and
-    depend on ``v`` row by row (elementwise ops only), so ``t_i = ∂η_i/∂v_i`` (free of ``θ``
-    and ``v``: ``η`` is affine) and ``x_F`` the derivatives along the fixed coordinates.
+
+def _split_by(eta: Variable, theta: Variable, first: tuple, second: tuple | None
+              ) -> LevelSplit | None:
+    """The split by the factors ``first`` (and ``second``), as found by
+    :func:`~pymc_subsample.model.levels.find_level_factors`; None when ``η`` does not read
+    them as the split needs.
+
+    Each selection ``u[g]`` is replaced by a free vector ``v``; ``η`` must then read no level
+    coordinate of either, and depend on each ``v`` row by row (elementwise ops only), so
+    ``t_i = ∂η_i/∂v_i`` (free of ``θ`` and ``v``: ``η`` is affine) and ``x_F`` the
+    derivatives along the other fixed coordinates.
     """
-    factor = find_level_factor(eta, theta)
-    if factor is None:
-        return None
-    layout, selected, level = factor
-    v = selected.type("level_effect")
-    (eta_v,) = graph_replace([eta], {selected: v}, strict=False)
-    if reads_levels(eta_v, theta, layout) or not all(
-            isinstance(node.op, Elemwise) for node in applys_between([v], [eta_v])
-            if v in ancestors(node.inputs)):
-        return None
-    value = Rop(eta_v, v, pt.ones_like(v), use_op_rop_implementation=False)
+    factors = [first] if second is None else [first, second]
+    free = [selected.type(f"level_effect{j}") for j, (_, selected, _) in enumerate(factors)]
+    (eta_v,) = graph_replace([eta], {f[1]: v for f, v in zip(factors, free, strict=True)},
+                             strict=False)
+    for (lay, _, _), v in zip(factors, free, strict=True):
+        if reads_levels(eta_v, theta, lay) or not all(
+                isinstance(node.op, Elemwise) for node in applys_between([v], [eta_v])
+                if v in ancestors(node.inputs)):
+            return None
+    values = [Rop(eta_v, v, pt.ones_like(v), use_op_rop_implementation=False) for v in free]
+    layout = first[0]
+    fixed = layout.fixed
+    columns = None
+    if second is not None:
+        lay2 = second[0]
+        in_second = (fixed >= lay2.start) & (fixed < lay2.stop)
+        start = int(np.argmax(in_second))
+        columns = slice(start, start + lay2.n_levels)
+        fixed = fixed[~in_second]
     direction = theta.type("direction")
     along = Rop(eta_v, theta, direction, use_op_rop_implementation=False)
-    basis = pt.constant(np.eye(layout.dim)[layout.fixed])
+    basis = pt.constant(np.eye(layout.dim)[fixed])
     fixed_rows = rewrite_graph(vectorize_graph(along, {direction: basis}).T,
                                include=("canonicalize",),
                                custom_rewrite=in2out(_product_with_selection))
-    if any({theta, v} & _value_ancestors(g) for g in (value, fixed_rows)):
+    if any({theta, *free} & _value_ancestors(g) for g in (*values, fixed_rows)):
         return None
-    # v may remain for its shape only: the selection's shape it is
-    value, fixed_rows = graph_replace([value, fixed_rows], {v: selected}, strict=False)
+    # each v may remain for its shape only: the selection's shape it is
+    *values, fixed_rows = graph_replace(
+        [*values, fixed_rows], {v: f[1] for f, v in zip(factors, free, strict=True)},
+        strict=False)
     n_rows = eta.shape[0]
-    return LevelSplit(layout, pt.cast(fixed_rows, "float64"), level,
-                      pt.cast(pt.broadcast_to(value, (n_rows,)), "float64"))
+    values = [pt.cast(pt.broadcast_to(v, (n_rows,)), "float64") for v in values]
+    if second is None:
+        return LevelSplit(layout, pt.cast(fixed_rows, "float64"), first[2], values[0])
+    return LevelSplit(layout, pt.cast(fixed_rows, "float64"), first[2], values[0],
+                      columns, second[2], values[1])
 
 
 @node_rewriter([Elemwise])
@@ -269,7 +314,7 @@ def _split_log_node(fgraph, node):
     return [pt.cast(pt.broadcast_to(out, node.outputs[0].shape), node.outputs[0].dtype)]
 
 
-def _simplify_log(graph: Variable, exclude: tuple[str, ...] = ()) -> Variable:
+def simplify_log(graph: Variable, exclude: tuple[str, ...] = ()) -> Variable:
     graph = rewrite_graph(graph, include=(),
                           custom_rewrite=in2out(_split_log_node, ignore_newtrees=False))
     return rewrite_graph(graph, include=("canonicalize", "stabilize"), exclude=exclude)
@@ -288,7 +333,7 @@ def family_terms(term: GLMTerm, eta: Variable) -> tuple[Variable, Variable, Vari
     return tuple(pt.cast(pt.broadcast_to(v, eta.shape), "float64") for v in (f, f1, f2))
 
 
-def _rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
+def rows_of_affine(name: str, eta: Variable, theta: Variable) -> Variable:
     """``∂η_i/∂θ`` as an (n, d) matrix: forward-mode derivatives along the d unit vectors.
 
     (Reverse mode would build an n×n identity; forward mode batched over the basis is one
@@ -347,7 +392,7 @@ def _over_basis(graph: Variable, direction: Variable) -> Variable:
 
 
 def _rows_graph(eta: Variable, theta: Variable) -> Variable:
-    """``∂η_i/∂θ`` as an (n, d) graph (:func:`_rows_of_affine`), not checked."""
+    """``∂η_i/∂θ`` as an (n, d) graph (:func:`rows_of_affine`), not checked."""
     if theta not in ancestors([eta]):  # a predictor free of θ (a constant): no rows
         return pt.zeros((eta.shape[0], theta.type.shape[0]), dtype="float64")
     direction = theta.type("direction")
@@ -402,7 +447,7 @@ def _product_with_selection(fgraph, node):
     """``A @ S`` for a constant selection matrix ``S`` (each row a distinct unit row vector):
     ``A`` itself for the identity, else ``A``'s columns placed in a zero matrix.
 
-    The basis product of ``_rows_of_affine`` is such a product wherever a coefficient vector is
+    The basis product of ``rows_of_affine`` is such a product wherever a coefficient vector is
     a slice of ``θ`` (``X @ b`` with ``b = θ[:k]``): ``X`` times a ``k × d`` slice of the
     identity. Without a linked BLAS, PyTensor's own ``Gemm`` did that product at about 2 µs a
     row for ``d = 111``, most of a data pass; placing the columns is a copy.
@@ -424,165 +469,3 @@ def _product_with_selection(fgraph, node):
     if np.array_equal(columns, np.arange(start, start + len(columns))):
         return [pt.set_subtensor(out[:, start : start + len(columns)], pt.cast(a, dtype))]
     return [pt.set_subtensor(out[:, columns], pt.cast(a, dtype))]
-
-
-# ------------------------------------------------- location and scale: Normal, Student-t with σ
-@dataclass(frozen=True)
-class LocationScaleTerm:
-    """An observed variable whose location and ``log σ`` (and the logs of the family's
-    :attr:`~pymc_subsample.bounds.LocationScaleFamily.log_params`) are affine in ``θ``.
-
-    Attributes
-    ----------
-    name : str
-    family : LocationScaleFamily
-        :mod:`pymc_subsample.bounds` (``normal_scale``, ``student_t_scale``, ...).
-    mu, log_sigma : Variable
-        The first two predictors on the rows ``idx``, as graphs of ``θ`` (broadcast to the
-        rows): the location and ``log σ`` (``log σ + log ν / 2`` for a Student-t with a
-        sampled ν: :meth:`LocationScaleFamily.log_scale`).
-    y : Variable
-        Observed values on the rows ``idx``.
-    mu_rows, log_sigma_rows : Variable
-        Their derivatives ``∂μ_i/∂θ`` and ``∂λ_i/∂θ`` (:func:`_rows_of_affine`), free of ``θ``.
-    params : tuple of Variable
-        The family's fixed parameters on the rows ``idx`` (a Student-t's ν when fixed).
-    extra, extra_rows : tuple of Variable
-        Further predictors (a Student-t's ``log ν`` when sampled) and their derivatives.
-    """
-
-    name: str
-    family: LocationScaleFamily
-    mu: Variable
-    log_sigma: Variable
-    y: Variable
-    mu_rows: Variable
-    log_sigma_rows: Variable
-    params: tuple[Variable, ...] = ()
-    extra: tuple[Variable, ...] = ()
-    extra_rows: tuple[Variable, ...] = ()
-    #: every predictor is affine (:attr:`GLMTerm.curvature`)
-    curvature: ClassVar[None] = None
-
-    @property
-    def predictors(self) -> tuple[Variable, ...]:
-        """``(μ, λ, *extra)``."""
-        return (self.mu, self.log_sigma, *self.extra)
-
-    @property
-    def predictor_rows(self) -> tuple[Variable, ...]:
-        """Their derivatives in ``θ``, in the same order."""
-        return (self.mu_rows, self.log_sigma_rows, *self.extra_rows)
-
-
-def _location_scale_family(
-    block, lik: SubsampledLikelihood
-) -> tuple[LocationScaleFamily, tuple] | None:
-    """The location–scale family of one observed variable and what it reads, or None.
-
-    A family with further predictors (:attr:`LocationScaleFamily.log_params`) is taken when one
-    of them is sampled; one without when its σ is sampled.
-    """
-    op = block.rv.owner.op
-    # families with further predictors first: a Student-t with ν and σ sampled is theirs
-    for fam in sorted(location_scale_families(), key=lambda f: not f.log_params):
-        if not isinstance(op, fam.rv_op) or block.value.type.ndim != 1:
-            continue
-        read = fam.read(op.dist_params(block.rv.owner))
-        if read is None:
-            continue
-        _, sd, values = read
-        logged = values[len(fam.params):]
-        if fam.log_params:
-            if any(_depends_on_parameters(v, lik) for v in logged):
-                return fam, read
-        elif _depends_on_parameters(sd, lik):
-            return fam, read
-    return None
-
-
-def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScaleTerm] | None:
-    """Every observed variable as a location–scale family with a sampled σ (or a sampled
-    further parameter, a Student-t's ν), or None.
-
-    None when any observed variable is something else (the GLM path then reads the model).
-
-    Raises
-    ------
-    SubsamplingModelError
-        Naming the variable, when it is such a family with a sampled σ but its location or
-        ``log σ`` is not affine in the sampled parameters (``σ = exp(λ)`` or a positive prior
-        on σ, whose log transform is the sampled value, are), or another parameter is sampled
-        that no family takes as a predictor.
-    """
-    n_rows = lik.idx.shape[0]
-    found = []
-    for block in lik.blocks:
-        detected = _location_scale_family(block, lik)
-        if detected is None:
-            return None
-        fam, (mu, sd, values) = detected
-        op = block.rv.owner.op
-        n_fixed = len(fam.params)
-        params = _fixed_per_row(
-            block.name, fam, values[:n_fixed], lik,
-            "its sigma and its {param} are both sampled (MHSS bounds {family})",
-        )
-        named = (("mean", mu, False), ("log(sigma)", fam.log_scale(sd, values[n_fixed:]), False),
-                 *((f"log({p})", v, True) for p, v in zip(fam.log_params, values[n_fixed:],
-                                                          strict=True)))
-        # log(exp(λ)) → λ before the affinity check
-        graphs = [_simplify_log(v) for v in lik.in_theta(
-            [pt.broadcast_to(pt.log(v) if logged else v, (n_rows,)) for _, v, logged in named])]
-        rows_of = []
-        # the further predictors first: a Student-t's second predictor is log(σ√ν), and a
-        # log ν that is not affine is named as such
-        for (what, _, _), graph in reversed(list(zip(named, graphs, strict=True))):
-            try:
-                rows_of.insert(0, _rows_of_affine(block.name, graph, lik.theta))
-            except SubsamplingModelError:
-                raise unsupported(
-                    block.name, f"it is a {_dist_name(op)} with a sampled "
-                    f"{'nu' if fam.log_params else 'sigma'}, but its {what} is not affine in the "
-                    "sampled parameters (exp(affine) or a positive prior on the parameter are)"
-                ) from None
-        found.append(LocationScaleTerm(block.name, fam, graphs[0], graphs[1], block.value,
-                                       rows_of[0], rows_of[1], params, tuple(graphs[2:]),
-                                       tuple(rows_of[2:])))
-    return found
-
-
-def location_scale_terms(
-    term: LocationScaleTerm, *predictors: Variable
-) -> tuple[Variable, tuple[Variable, ...], tuple[Variable, ...]]:
-    """``f``, its gradient ``(f_1, ..., f_K)`` and Hessian ``(f_11, f_12, ..., f_1K, f_22,
-    ..., f_KK)`` (upper triangle, row by row) in the predictors, per row, as float64 graphs of
-    given predictor values.
-
-    The family's row log-density (:meth:`~pymc_subsample.bounds.LocationScaleFamily.logp`)
-    differentiated elementwise: each row's ``f`` depends on its own predictors only, so the
-    gradient of ``Σ f`` in the vector of first predictors is the per-row ``f_1``, and so on.
-    """
-    ps = [pt.vector(f"predictor_{j}", dtype="float64") for j in range(len(predictors))]
-    f = location_scale_logp(term, *ps)
-    grad = pt.grad(f.sum(), ps, disconnected_inputs="ignore")
-    hess = [pt.grad(grad[j].sum(), ps[k], disconnected_inputs="ignore")
-            for j, k in upper_pairs(len(ps))]
-    out = graph_replace([f, *grad, *hess],
-                        {p: pt.cast(v, "float64") for p, v in zip(ps, predictors, strict=True)},
-                        strict=False)
-    return out[0], tuple(out[1 : 1 + len(ps)]), tuple(out[1 + len(ps) :])
-
-
-def location_scale_logp(term: LocationScaleTerm, *predictors: Variable) -> Variable:
-    """``f`` of :func:`location_scale_terms` alone, per row (float64): the control variates'
-    ``f(p'_i) − f(p_i)`` need no derivatives there, and building them by autodiff for nothing
-    took about a second of a Student-t's setup with sampled ν."""
-    ps = tuple(pt.cast(p, "float64") for p in predictors)
-    f = term.family.row_logp(ps, pt.cast(term.y, "float64"), tuple(term.params))
-    return pt.cast(pt.broadcast_to(f, ps[0].shape), "float64")
-
-
-def upper_pairs(n_predictors: int) -> list[tuple[int, int]]:
-    """``(j, k)``, ``j ≤ k``, in the order of :func:`location_scale_terms`'s Hessian."""
-    return [(j, k) for j in range(n_predictors) for k in range(j, n_predictors)]

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
-from pytensor.ifelse import ifelse
 from threadpoolctl import threadpool_limits
 
 from pymc_subsample.bounds import (
@@ -41,7 +40,7 @@ from pymc_subsample.model.glm import (
     unsupported,
     weighted_curvature,
 )
-from pymc_subsample.model.levels import LevelHessian, SplitRows
+from pymc_subsample.model.levels import LevelHessian, SecondLevels, SplitRows
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 
 __all__ = ["GLMPass", "QUADRATIC_MAX_DIM", "glm_bound_constants"]
@@ -107,22 +106,33 @@ class GLMPass:
         self.sharp_angles = not quadratic
 
     def _compile_pass(self) -> None:
-        """One function of ``(θ, idx, check)``: per observed variable the model's own ``Σ ℓ_i``
-        (only when ``check``, a lazy branch), then :meth:`_term_outputs` (the family's sum
-        first)."""
+        """The pass function of ``(θ, idx)``: per observed variable :meth:`_term_outputs` (the
+        family's sum first); and the check's, per observed variable the model's own ``Σ ℓ_i``
+        on the rows ``idx`` (:meth:`rows` with ``check``).
+
+        The check's function is compiled apart, as NumPy calls where every elementwise op has
+        a ufunc (``gil_free``): those release Python's GIL, so on the pass's threads it runs
+        beside the compiled pass of another block, where in the pass's C code (a lazy branch)
+        it held the GIL, about half of the first full pass's time in the compiled function
+        (``docs/benchmarks.md``, "Setup before the first draw").
+        """
         lik = self.lik
-        check, zero = pt.scalar("check", dtype="bool"), pt.constant(0.0, dtype="float64")
         outputs, self._widths = [], []
-        for term, model_terms in zip(self.terms, lik.block_terms, strict=True):
-            term_outputs = [ifelse(check, pt.cast(model_terms, "float64").sum(), zero),
-                            *self._term_outputs(term)]
+        for term in self.terms:
+            term_outputs = self._term_outputs(term)
             outputs += term_outputs
             self._widths.append(len(term_outputs))
-        self._fn = lik.compile([lik.theta, lik.idx, check], outputs, setup=True)
+        self._fn = lik.compile([lik.theta, lik.idx], outputs, setup=True)
+        self._check_fn = lik.compile(
+            [lik.theta, lik.idx],
+            [pt.cast(model_terms, "float64").sum() for model_terms in lik.block_terms],
+            gil_free=True)
         # the model's terms and the family's f round differently, more so in float32 models
         float64 = all(v.dtype == "float64" for v in lik.value_vars)
         self._family_rtol = 1e-8 if float64 else 1e-4
         self.n_passes = 0
+        #: the lists of subsample rows checked so far (:meth:`full`)
+        self._checked_subsamples: list = []
         # a quadratic predictor's curvature functions, compiled on first use (_curvature_fn)
         # into the dict this pass shares with its thread copies; each calls its own
         self._curvature_fns: dict[str, Callable] = {}
@@ -134,6 +144,7 @@ class GLMPass:
         own), and each curvature function when the copy first uses it."""
         twin = copy.copy(self)
         twin._fn = self._fn.copy()
+        twin._check_fn = self._check_fn.copy()
         twin._curvature_fns = {}
         return twin
 
@@ -141,8 +152,10 @@ class GLMPass:
         """``Σ f``, then the rows ``x``, ``f'``, ``f''``, ``y``, ``η``, the fixed parameters
         and, for a quadratic predictor, ``Σ f'_i ∂²η_i/∂θ²``."""
         f, f1, f2 = family_terms(term, term.eta)
-        rows = ([term.split.fixed_rows, term.split.level, term.split.value]
-                if self.levels is not None else [term.rows])
+        split = term.split
+        rows = [term.rows] if self.levels is None else (
+            [split.fixed_rows, split.level, split.value]
+            + ([split.level2, split.value2] if split.second_columns is not None else []))
         out = [f.sum(), *rows, f1, f2, pt.cast(term.y, "float64"),
                pt.cast(term.eta, "float64"), *term.params]
         if term.curvature is not None:
@@ -154,10 +167,17 @@ class GLMPass:
         ``(x, f', f'', y, η, κ, Σ f'∂²η or None)``, ``x`` as :class:`SplitRows` when the pass
         splits rows by level."""
         if self.levels is not None:
-            fixed, level, value, f1, f2, y, eta, *params = outputs
+            fixed, level, value, *outputs = outputs
             # u[g] with a negative g counts from the end, as NumPy's (and PyTensor's) indexing
             level = np.where(level < 0, level + self.levels.n_levels, level)
-            x = SplitRows(np.asarray(fixed).reshape(n, -1), level, value, self.levels)
+            second = None
+            if (columns := term.split.second_columns) is not None:
+                level2, value2, *outputs = outputs
+                n2 = columns.stop - columns.start
+                second = SecondLevels(columns, np.where(level2 < 0, level2 + n2, level2),
+                                      value2)
+            f1, f2, y, eta, *params = outputs
+            x = SplitRows(np.asarray(fixed).reshape(n, -1), level, value, self.levels, second)
             return x, f1, f2, y, eta, tuple(params), None
         x, f1, f2, y, eta, *params = outputs
         curvature_sum = params.pop() if term.curvature is not None else None
@@ -177,13 +197,14 @@ class GLMPass:
         SubsamplingModelError
             If the family's log-likelihood is not the model's on these rows.
         """
-        out = self._fn(theta, idx, np.bool_(check))
+        out = self._fn(theta, idx)
+        model_sums = self._check_fn(theta, idx) if check else None
         total, pieces, start = 0.0, [], 0
-        for term, width in zip(self.terms, self._widths, strict=True):
-            model_sum, family_sum, *rest = out[start : start + width]
+        for k, (term, width) in enumerate(zip(self.terms, self._widths, strict=True)):
+            family_sum, *rest = out[start : start + width]
             start += width
             if check:
-                self._check_family(term, float(model_sum), float(family_sum), len(idx))
+                self._check_family(term, float(model_sums[k]), float(family_sum), len(idx))
             total += float(family_sum)
             pieces.append(self._term_pieces(term, rest, len(idx)))
         return total / self.lik.temperature, pieces
@@ -242,8 +263,12 @@ class GLMPass:
         consts = None if order is None else self._constants_store(order, levels)
         # the family's f is compared with the model's likelihood on every row once: on the
         # subsample passes (unless check_subsamples is off) and the first full pass; f is a
-        # function of (η_i, y_i) alone, so later passes only change η
-        check = self.n_passes == 0 and (full_data or self.check_subsamples)
+        # function of (η_i, y_i) alone, so later passes only change η. The reference fit's
+        # Newton steps hand over the same list of subsample rows again: checked the first time
+        seen = not full_data and any(rows is idx_chunks for rows in self._checked_subsamples)
+        check = self.n_passes == 0 and (full_data or (self.check_subsamples and not seen))
+        if check and not full_data:
+            self._checked_subsamples.append(idx_chunks)
         if order is not None:
             for term in self.terms:
                 if term.curvature is not None:
@@ -261,6 +286,7 @@ class GLMPass:
                     consts.fill(chunk, cb)
         if full_data:
             self.n_passes += 1
+            self._checked_subsamples.clear()  # no pass checks any more
         # lik.terms is tempered already; f' and f'' come from the untempered family logp
         k = weight / lik.temperature
         hess = h.symmetrised() if isinstance(h, LevelHessian) else 0.5 * (h + h.T)

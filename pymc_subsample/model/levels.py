@@ -46,8 +46,10 @@ __all__ = [
     "LevelHessian",
     "LevelLayout",
     "LevelPrior",
+    "SecondLevels",
     "SplitRows",
     "find_level_factor",
+    "find_level_factors",
     "prior_derivatives",
     "quadratic_form",
     "reads_levels",
@@ -81,37 +83,96 @@ class LevelLayout:
 
 
 @dataclass(frozen=True)
+class SecondLevels:
+    """A second grouping factor's one-hot columns of split rows, kept as indices: the fixed
+    block's columns ``columns`` (a slice of its positions, ``G₂`` of them) hold ``r_i`` at
+    column ``l_i`` of row ``i`` and zeros elsewhere (crossed random intercepts,
+    ``model/crossed.py``)."""
+
+    columns: slice
+    level: np.ndarray  # (n,) int, 0 … G₂ − 1
+    value: np.ndarray  # (n,)
+
+    @property
+    def n_levels(self) -> int:
+        return self.columns.stop - self.columns.start
+
+
+@dataclass(frozen=True)
 class SplitRows:
     """Rows ``x_i`` of one predictor with one level each: ``x_i = x_{F,i}`` on the fixed
     coordinates and ``t_i`` on level ``k_i``; in whitened coordinates the same shape
-    (:meth:`~pymc_subsample.model.frame.LevelFrame.whiten_rows`)."""
+    (:meth:`~pymc_subsample.model.frame.LevelFrame.whiten_rows`).
 
-    fixed: np.ndarray  # (n, d_F)
+    With ``second``, a second factor's columns of ``x_F`` are not in ``fixed`` (which holds
+    the fixed block's other columns) but given by their level and value
+    (:class:`SecondLevels`): :meth:`sums` then adds them up per level, O(n) instead of
+    O(n·G₂²), and :meth:`fixed_block` gives the dense ``x_F``.
+    """
+
+    fixed: np.ndarray  # (n, d_F), or (n, d_F − G₂) with `second`
     level: np.ndarray  # (n,) int, 0 … G − 1
     value: np.ndarray  # (n,)
     layout: LevelLayout
+    second: SecondLevels | None = None
+
+    def fixed_block(self) -> np.ndarray:
+        """``x_F``, ``(n, d_F)``, the second factor's one-hot columns filled in."""
+        sec = self.second
+        if sec is None:
+            return self.fixed
+        n, cols = self.level.size, sec.columns
+        out = np.zeros((n, self.fixed.shape[1] + sec.n_levels))
+        out[:, : cols.start] = self.fixed[:, : cols.start]
+        out[:, cols.stop :] = self.fixed[:, cols.start :]
+        out[np.arange(n), cols.start + sec.level] = sec.value
+        return out
 
     def dense(self) -> np.ndarray:
         """The rows as an ``(n, d)`` matrix in ``θ``'s order."""
         lay = self.layout
         out = np.zeros((self.level.size, lay.dim))
-        out[:, lay.fixed] = self.fixed
+        out[:, lay.fixed] = self.fixed_block()
         out[np.arange(self.level.size), lay.start + self.level] = self.value
         return out
 
     def norms(self) -> np.ndarray:
-        return np.sqrt(np.einsum("ij,ij->i", self.fixed, self.fixed) + self.value**2)
+        extra = 0.0 if self.second is None else self.second.value**2
+        return np.sqrt(np.einsum("ij,ij->i", self.fixed, self.fixed) + self.value**2 + extra)
 
     def sums(self, f1: np.ndarray, f2: np.ndarray) -> tuple[np.ndarray, LevelHessian]:
         """``Σ f'_i x_i`` (dense, length ``d``) and ``Σ f''_i x_i x_iᵀ`` by per-level sums."""
         lay, g = self.layout, self.layout.n_levels
         grad = np.zeros(lay.dim)
-        grad[lay.fixed] = self.fixed.T @ f1
-        grad[lay.start : lay.stop] = np.bincount(self.level, f1 * self.value, minlength=g)
         wt = f2 * self.value
-        return grad, LevelHessian(np.bincount(self.level, wt * self.value, minlength=g),
-                                  weighted_level_sums(self.level, wt, self.fixed, g),
-                                  weighted_gram(self.fixed, f2), lay)
+        diag = np.bincount(self.level, wt * self.value, minlength=g)
+        if self.second is None:
+            grad[lay.fixed] = self.fixed.T @ f1
+            grad[lay.start : lay.stop] = np.bincount(self.level, f1 * self.value, minlength=g)
+            return grad, LevelHessian(diag, weighted_level_sums(self.level, wt, self.fixed, g),
+                                      weighted_gram(self.fixed, f2), lay)
+        # the second factor's columns: a diagonal block, per-level sums of the other columns,
+        # and the two factors' co-occurrence (G × G₂, Σ_{k_i = k, l_i = l} f''_i t_i r_i)
+        sec = self.second
+        g2, level2 = sec.n_levels, sec.level
+        d_f = self.fixed.shape[1] + g2
+        second = np.arange(sec.columns.start, sec.columns.stop)
+        rest = np.setdiff1d(np.arange(d_f), second)
+        wr = f2 * sec.value
+        grad[lay.fixed[rest]] = self.fixed.T @ f1
+        grad[lay.fixed[second]] = np.bincount(level2, f1 * sec.value, minlength=g2)
+        grad[lay.start : lay.stop] = np.bincount(self.level, f1 * self.value, minlength=g)
+        coupling = np.empty((g, d_f))
+        coupling[:, rest] = weighted_level_sums(self.level, wt, self.fixed, g)
+        coupling[:, second] = np.bincount(self.level * g2 + level2, wt * sec.value,
+                                          minlength=g * g2).reshape(g, g2)
+        block = np.zeros((d_f, d_f))
+        block[np.ix_(rest, rest)] = weighted_gram(self.fixed, f2)
+        cross = weighted_level_sums(level2, wr, self.fixed, g2)  # (G₂, d_F − G₂)
+        block[np.ix_(second, rest)] = cross
+        block[np.ix_(rest, second)] = cross.T
+        block[second, second] = np.bincount(level2, wr * sec.value, minlength=g2)
+        return grad, LevelHessian(diag, coupling, block, lay)
 
 
 class LevelHessian:
@@ -243,14 +304,14 @@ def _theta_slice(var: Variable, theta: Variable) -> tuple[int, int] | None:
     return bounds[0], bounds[1]
 
 
-def find_level_factor(eta: Variable, theta: Variable
-                      ) -> tuple[LevelLayout, Variable, Variable] | None:
-    """One grouping factor in the predictor ``eta``: ``(layout, u[g], g)`` for a selection
-    ``u[g]`` of a vector slice ``u = θ[a:b]`` of at least :data:`MIN_SPLIT_LEVELS`
-    coordinates (``g`` an integer vector free of ``θ``); of several (crossed factors), the one
-    with the most levels. None when there is none. The caller checks that ``eta`` reads ``u``
-    nowhere else (:func:`reads_levels`): a slice selected twice, or read some other way, keeps
-    the dense rows.
+def find_level_factors(eta: Variable, theta: Variable
+                       ) -> list[tuple[LevelLayout, Variable, Variable]]:
+    """The grouping factors in the predictor ``eta``: ``(layout, u[g], g)`` for each selection
+    ``u[g]`` of a vector slice ``u = θ[a:b]`` of two or more coordinates (``g`` an integer
+    vector free of ``θ``), the most levels first; the first is split when it has
+    :data:`MIN_SPLIT_LEVELS` or more (:func:`find_level_factor`). The caller
+    checks that ``eta`` reads ``u`` nowhere else (:func:`reads_levels`): a slice selected
+    twice, or read some other way, keeps the dense rows.
     """
     dim = theta.type.shape[0]
     found = []
@@ -258,16 +319,22 @@ def find_level_factor(eta: Variable, theta: Variable
         if isinstance(node.op, AdvancedSubtensor | AdvancedSubtensor1) and len(node.inputs) == 2:
             span = _theta_slice(node.inputs[0], theta)
             index = node.inputs[1]
-            if (span is not None and span[1] - span[0] >= MIN_SPLIT_LEVELS
+            if (span is not None and span[1] - span[0] >= 2
                     and index.ndim == 1 and index.dtype.startswith(("int", "uint"))
                     and theta not in ancestors([index]) and node.outputs[0].ndim == 1):
                 found.append((span, node.outputs[0], index))
-    if not found:
-        return None
-    # crossed factors: the one with the most levels is split, the others' coordinates join
-    # the fixed block (the level block stays diagonal: a row touches one level of a factor)
-    (start, stop), selected, index = max(found, key=lambda f: f[0][1] - f[0][0])
-    return LevelLayout(start, stop, dim), selected, pt.cast(index, "int64")
+    found.sort(key=lambda f: f[0][0] - f[0][1])  # stable: the most levels first
+    return [(LevelLayout(start, stop, dim), selected, pt.cast(index, "int64"))
+            for (start, stop), selected, index in found]
+
+
+def find_level_factor(eta: Variable, theta: Variable
+                      ) -> tuple[LevelLayout, Variable, Variable] | None:
+    """The grouping factor with the most levels in ``eta`` (:func:`find_level_factors`), or
+    None. With crossed factors it is the one split; the others' coordinates are in the fixed
+    block (the level block stays diagonal: a row touches one level of a factor)."""
+    found = find_level_factors(eta, theta)
+    return found[0] if found and found[0][0].n_levels >= MIN_SPLIT_LEVELS else None
 
 
 def reads_levels(graph: Variable, theta: Variable, layout: LevelLayout) -> bool:

@@ -270,7 +270,7 @@ class SubsampledLikelihood:
 
     # ------------------------------------------------------------------ compiled functions
     def compile(self, inputs: list[Variable], outputs, *, once: bool = False,
-                setup: bool = False, ufuncs: bool = False):
+                setup: bool = False, ufuncs: bool = False, gil_free: bool = False):
         """Compile with PyMC's rewrites and this object's ``compile_kwargs``.
 
         Inputs are trusted (no conversion) unless the model is float32, where float32 ``θ``
@@ -284,10 +284,13 @@ class SubsampledLikelihood:
         compiled to C, without PyTensor's BLAS rewrites; ``ufuncs=True`` asks for a small one
         (the prior's ``log p0``) to run as NumPy calls instead (:data:`_UFUNC_MODE`), when
         every elementwise node is a ufunc: a few µs a call more, no C code to compile.
+        ``gil_free=True``: a function a pass calls on its threads, in :data:`_NUMPY_MODE`
+        whatever ``N`` when every elementwise node is a ufunc (NumPy's calls release the GIL,
+        PyTensor's C code does not), else compiled to C.
         """
         kwargs = dict(self.compile_kwargs)
         numpy_mode = "mode" not in kwargs and (
-            once or (setup and self.n_rows <= NUMPY_PASS_ROWS))
+            once or gil_free or (setup and self.n_rows <= NUMPY_PASS_ROWS))
         if numpy_mode:
             kwargs["mode"] = _NUMPY_MODE
         elif ufuncs and "mode" not in kwargs:
@@ -350,6 +353,20 @@ class SubsampledLikelihood:
         10⁶ rows it was: 8 C modules of a Student-t regression's cold build)."""
         value, gradient = self._logp0_and_grad_fn(theta)
         return float(value), np.asarray(gradient)
+
+    def logp0_gradient(self, theta: np.ndarray) -> np.ndarray:
+        """``∇ log p0(θ)`` alone, for the prior Hessian of a model with many levels by
+        differences (:func:`~pymc_subsample.model.prior_hessian.level_prior_hessian`): thousands
+        of calls in a funnel's marginal-mode search, so NumPy calls after ``FAST_RUN``'s
+        rewrites (C code when an op has no ufunc), about a third of
+        :meth:`logp0_and_grad`'s cost a call (0.8 against 2.1 ms on the crossed flights
+        model's 3,590 coordinates)."""
+        return np.asarray(self._logp0_gradient_fn(theta))
+
+    @cached_property
+    def _logp0_gradient_fn(self):
+        return self.compile([self.theta], grad(self.logp0_graph, self.theta,
+                                               disconnected_inputs="ignore"), ufuncs=True)
 
     @cached_property
     def _logp0_fn(self):

@@ -19,9 +19,13 @@ from pymc_subsample.bounds import (
 )
 from pymc_subsample.kernels.gram import weighted_gram
 from pymc_subsample.kernels.indexing import round_up_float32
-from pymc_subsample.model.glm import LocationScaleTerm, location_scale_terms, upper_pairs
 from pymc_subsample.model.glm_pass import GLMPass
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.location_scale import (
+    LocationScaleTerm,
+    location_scale_terms,
+    upper_pairs,
+)
 from pymc_subsample.model.predictors import PredictorTerm, check_finite_suprema
 
 __all__ = ["LocationScalePass"]

@@ -13,7 +13,8 @@ import scipy.optimize
 from pymc_subsample.model.frame import LaplaceFrame, NotPositiveDefiniteError, laplace_frame
 from pymc_subsample.model.levels import LevelHessian
 
-__all__ = ["DAMPED_STEPS", "damped_frame", "holding", "lbfgs", "newton", "newton_or_lbfgs"]
+__all__ = ["DAMPED_STEPS", "damped_frame", "holding", "lbfgs", "newton", "newton_or_lbfgs",
+           "newton_with_frame"]
 
 _log = logging.getLogger("pymc_subsample")
 
@@ -33,11 +34,21 @@ def newton(
     there (a point reached with Levenberg damping is not a mode). It gives up after
     ``damped_steps`` damped steps in a row: far from any mode, or down a funnel.
     """
+    return newton_with_frame(objective, theta, tolerance=tolerance, max_steps=max_steps,
+                             damped_steps=damped_steps)[:3]
+
+
+def newton_with_frame(
+    objective, theta: np.ndarray, *, tolerance: float, max_steps: int,
+    damped_steps: int = DAMPED_STEPS,
+) -> tuple[np.ndarray, np.ndarray, bool, LaplaceFrame | None]:
+    """:func:`newton`, and the Laplace frame of the last point's negative Hessian when it
+    converged (None otherwise): a caller that needs it does not factor it again."""
     value, g, prec = objective(theta)
     damped_in_a_row = 0
     for _ in range(max_steps):
         if not (np.isfinite(value) and np.all(np.isfinite(g)) and finite_hessian(prec)):
-            return theta, prec, False  # the full-data passes fall back to L-BFGS from here
+            return theta, prec, False, None  # the full-data passes fall back to L-BFGS from here
         try:
             frame = laplace_frame(theta, prec)
             damped = False
@@ -45,10 +56,10 @@ def newton(
             frame, damped = damped_frame(theta, prec), True
         damped_in_a_row = damped_in_a_row + 1 if damped else 0
         if damped_in_a_row > damped_steps:
-            return theta, prec, False
+            return theta, prec, False, None
         step = frame.newton_step(g)
         if frame.newton_distance(g) <= tolerance and not damped:
-            return theta, prec, True
+            return theta, prec, True, frame
         t = 1.0
         for _ in range(30):
             candidate = theta + t * step
@@ -57,9 +68,9 @@ def newton(
                 break
             t *= 0.5
         else:
-            return theta, prec, False
+            return theta, prec, False, None
         theta, value, g, prec = candidate, new_value, new_g, new_prec
-    return theta, prec, False
+    return theta, prec, False, None
 
 
 def finite_hessian(prec) -> bool:

@@ -38,7 +38,7 @@ from pymc_subsample.bounds.automatic import AutomaticFamily, NonSmoothRow
 from pymc_subsample.bounds.interval import NoIntervalRule
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.columns import NotExpandable, expand_class_axis
-from pymc_subsample.model.glm import _rows_of_affine, _simplify_log, unsupported
+from pymc_subsample.model.glm import rows_of_affine, simplify_log, unsupported
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.predictor_forms import (
     constant_value,
@@ -55,8 +55,8 @@ class PredictorTerm:
     """An observed variable read as ``f(p_1..p_K; data)`` with affine predictors ``p_j``.
 
     The location–scale pass and control variates use it as a
-    :class:`~pymc_subsample.model.glm.LocationScaleTerm`: predictors, their rows ``∂p_j/∂θ``,
-    ``y`` and the per-row inputs ``params`` of the family's ``f`` (here its row data).
+    :class:`~pymc_subsample.model.location_scale.LocationScaleTerm`: predictors, their rows
+    ``∂p_j/∂θ``, ``y`` and the per-row inputs ``params`` of the family's ``f`` (here its row data).
     """
 
     name: str
@@ -75,7 +75,7 @@ def _simplify(f: Variable) -> Variable:
     f = rewrite_graph(f, include=(), custom_rewrite=in2out(exp_forms, ignore_newtrees=False))
     # log(e^a + e^b) stays as written: its stabilised form max(a, b) + log1p(e^{−|a − b|})
     # is smooth, but through a kink of each piece (a mixture's or zero-inflated family's row)
-    return _simplify_log(f, exclude=("local_log_add_exp", "local_log_sum_exp"))
+    return simplify_log(f, exclude=("local_log_add_exp", "local_log_sum_exp"))
 
 
 #: elementwise ops through which a predictor stays affine when every input is
@@ -115,7 +115,7 @@ class _Reader:
     def affine(self, var: Variable) -> bool:
         """A conservative structural test: sums, differences, selections, reshapes and
         products with ``θ``-free factors of ``θ`` (confirmed later by
-        :func:`~pymc_subsample.model.glm._rows_of_affine`)."""
+        :func:`~pymc_subsample.model.glm.rows_of_affine`)."""
         if not self.depends(var):
             return True
         if var is self.theta:
@@ -249,14 +249,6 @@ _SWITCHES = (
     "point"
 )
 
-#: the refusal of an ordinal probit (:func:`_predictor_term`)
-_LOG_DIFF_NORMAL_CDF = (
-    "its row term is an ordinal probit's log(Φ(c_k − η) − Φ(c_{k−1} − η)) (PyMC's "
-    "log_diff_normal_cdf, read as one smooth function of the cutpoints and η): the automatic "
-    "bound's interval enclosures of its derivatives, written in differences of erfcx terms, "
-    "are too loose to be finite on most rows' boxes"
-)
-
 #: Most predictors of a row term read through a class axis (:mod:`.columns`): the zero-inflated
 #: Poisson's two (η, ψ) build in seconds, the zero-inflated negative binomial's three did not
 #: finish in ten minutes.
@@ -388,12 +380,6 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
             # whose box reaches the switch point would have no bound anyway
             raise unsupported(name, _SWITCHES.format(
                 dist=_dist_name(block), where="a class axis picked by the data"))
-        if expanded and not mixture and "log_diff_normal_cdf" in family.smooth_sources:
-            # an ordinal probit: read, and smooth, but measured at N = 20,000 (d = 5, four
-            # predictors) its order-2 enclosures were infinite on 19,929 rows of 20,000, found
-            # only after the reference fit; at order 1, on boxes of half-width 0.08, a median
-            # 6 to 12 times the derivatives at the box's centre
-            raise unsupported(name, _LOG_DIFF_NORMAL_CDF)
         family.check_rules(order)
     except NonSmoothRow as err:
         raise unsupported(name, f"its row term takes {err.op_name} of a parameter, which "
@@ -404,7 +390,7 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
             f"{err.op_name}, which the automatic bound has no interval rule for") from None
     predictors = tuple(pt.cast(pt.broadcast_to(c, (n_rows,)), "float64") for c in cores)
     try:
-        predictor_rows = tuple(_rows_of_affine(name, p, lik.theta) for p in predictors)
+        predictor_rows = tuple(rows_of_affine(name, p, lik.theta) for p in predictors)
     except SubsamplingModelError:
         raise unsupported(name, "a part of its row term read as a predictor is not affine "
                           "in the sampled parameters") from None

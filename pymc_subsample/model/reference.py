@@ -47,13 +47,17 @@ from pymc_subsample.kernels.indexing import distinct_rows, distinct_runs
 from pymc_subsample.model.frame import (
     LaplaceFrame,
     NotPositiveDefiniteError,
-    hessian_by_differences,
     laplace_frame,
 )
-from pymc_subsample.model.levels import LevelHessian, LevelLayout
+from pymc_subsample.model.levels import LevelLayout
 from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
-from pymc_subsample.model.marginal_mode import marginal_mode
-from pymc_subsample.model.newton import holding, newton, newton_or_lbfgs
+from pymc_subsample.model.marginal_mode import (
+    SURROGATE_COST,
+    exact_marginal_mode,
+    surrogate_marginal_mode,
+)
+from pymc_subsample.model.newton import newton, newton_or_lbfgs
+from pymc_subsample.model.prior_hessian import prior_terms
 
 __all__ = ["ReferenceFit", "fit_reference"]
 
@@ -105,61 +109,6 @@ class ReferenceFit:
     @property
     def theta_hat(self) -> np.ndarray:
         return self.frame.theta_hat
-
-
-def _prior_terms(lik: SubsampledLikelihood, theta: np.ndarray,
-                 levels: LevelLayout | None = None):
-    """``log p0``, its gradient and Hessian at one point (no data).
-
-    The Hessian is by central differences of the autodiff gradient (``2d`` evaluations of an
-    O(d) function, accurate to about ``ε^{2/3}``): it only enters the Laplace precision, and
-    compiling the autodiff Jacobian of even a Normal prior costs about 0.4 s of setup. With a
-    grouping factor's ``levels`` it is a :class:`LevelHessian` when the prior leaves the
-    levels uncoupled (:func:`_level_prior_hessian`), in ``2d_F + 4`` evaluations.
-    """
-    theta = np.asarray(theta, dtype=np.float64)
-    v, g = lik.logp0_and_grad(theta)
-    gradient = lambda t: lik.logp0_and_grad(t)[1]  # noqa: E731
-    if levels is not None:
-        h = _level_prior_hessian(gradient, theta, levels)
-        if h is not None:
-            return v, g, h
-    return v, g, hessian_by_differences(gradient, theta)
-
-
-def _level_prior_hessian(gradient, theta: np.ndarray, levels: LevelLayout
-                         ) -> LevelHessian | None:
-    """The prior's Hessian as a :class:`LevelHessian`, by central differences: one column
-    per fixed coordinate (``2d_F`` gradients; the coupling is their level rows) and the level
-    diagonal from moving all levels at once, with two sign patterns ``s``: the response of
-    level ``k`` is ``Σ_j H_kj s_j h_j``, which is ``H_kk s_k h_k`` for both only when no two
-    levels are coupled. None when the two disagree (coupled levels: the dense differences
-    serve).
-    """
-    steps = np.cbrt(np.finfo(np.float64).eps) * np.maximum(1.0, np.abs(theta))
-    fixed, lv = levels.fixed, slice(levels.start, levels.stop)
-    columns = np.empty((levels.dim, fixed.size))
-    with np.errstate(invalid="ignore", over="ignore"):
-        for col, k in enumerate(fixed):
-            up, down = theta.copy(), theta.copy()
-            up[k] += steps[k]
-            down[k] -= steps[k]
-            columns[:, col] = (np.asarray(gradient(up)) - np.asarray(gradient(down))) / (
-                up[k] - down[k])
-        diagonals = []
-        for signs in (np.ones(levels.n_levels),
-                      np.where(np.arange(levels.n_levels) % 2 == 0, 1.0, -1.0)):
-            up, down = theta.copy(), theta.copy()
-            up[lv] += signs * steps[lv]
-            down[lv] -= signs * steps[lv]
-            diagonals.append((np.asarray(gradient(up))[lv] - np.asarray(gradient(down))[lv])
-                             / (up[lv] - down[lv]))
-    if not np.allclose(diagonals[0], diagonals[1], rtol=1e-4,
-                       atol=1e-8 * max(1.0, float(np.abs(diagonals[0]).max(initial=0.0)))):
-        return None
-    block = columns[fixed]
-    return LevelHessian(0.5 * (diagonals[0] + diagonals[1]), columns[lv],
-                        0.5 * (block + block.T), levels)
 
 
 #: Newton distance (in the subsample's posterior sds) at which the subsample fit stops: its
@@ -241,7 +190,7 @@ def fit_reference(
     passes_before = data_pass.n_passes
 
     def log_post(theta, res):
-        v, g, h = _prior_terms(lik, theta, data_pass.levels)
+        v, g, h = prior_terms(lik, theta, data_pass.levels)
         return v + res.loglik, g + res.grad, -(h + res.hess)
 
     if map_point is not None:
@@ -327,12 +276,14 @@ def fit_reference(
     for _ in range(max_passes):
         want_constants = (order is not None and whitening is not None and expect_converged
                           and at_mode)
+        t_one = time.perf_counter()
         res = data_pass.full(
             theta,
             whiten_rows=whitening.whiten_rows if want_constants else None,
             order=order if want_constants else None,
             levels=whitening.n_levels if want_constants else 0,
         )
+        pass_seconds = time.perf_counter() - t_one
         value, g_post, prec = log_post(theta, res)
         if not np.isfinite(value):
             raise SubsamplingModelError(
@@ -353,8 +304,9 @@ def fit_reference(
                 # many levels: a funnel (a group scale heading to zero), before PyMC's
                 # find_MAP on all rows, which heads there too (with a few levels, dense,
                 # find_MAP first: it finds the joint mode where the data give one)
-                marginal, tried_marginal = _at_marginal_mode(lik, data_pass, log_post, order,
-                                                             tolerance), True
+                marginal, tried_marginal = _at_marginal_mode(
+                    lik, data_pass, log_post, order, tolerance,
+                    current=(theta, res, pass_seconds)), True
                 if marginal is not None:
                     break
             theta, used_fallback = _find_map_fallback(lik, theta), True
@@ -426,41 +378,47 @@ def fit_reference(
 
 
 def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int | None,
-                      tolerance: float):
+                      tolerance: float, current: tuple | None = None):
     """The pass, frame and ``θ̂`` at the hyperparameters' Laplace-marginal mode
     (:mod:`~pymc_subsample.model.marginal_mode`), for a model whose joint mode the Newton passes
     could not reach; None when every coordinate is read by some row (no hyperparameter to
-    hold) or no conditional mode exists. Each evaluation of the marginal is a Newton solve on
-    all rows (two or three passes from the last one's point): on a subsample the levels' few
-    rows, reweighted, look more spread than they are, and its marginal mode of a flights
-    model's plane scale was 0.65 against 0.16 on all rows."""
+    hold) or no conditional mode exists.
+
+    ``current`` is ``(θ, pass, seconds)``, a full pass already made (none is made again
+    there) and its wall time; the levels and fixed effects start from it, the
+    hyperparameters from PyMC's initial point. Where a pass costs more than
+    :data:`~pymc_subsample.model.marginal_mode.SURROGATE_COST` evaluations of the prior's
+    terms (tall data), the mode is found on the data's quadratic expansion at the last pass
+    (:func:`~pymc_subsample.model.marginal_mode.surrogate_marginal_mode`: a pass an outer
+    step); elsewhere, or where that does not converge, with Newton solves on all rows for each
+    evaluation of the marginal
+    (:func:`~pymc_subsample.model.marginal_mode.exact_marginal_mode`).
+    """
     theta = lik.ravel(lik.initial_point)
-    hyper = _unread(data_pass, theta, None, split_only=False)
+    if current is None:
+        t_one = time.perf_counter()
+        current = (theta, data_pass.full(theta))
+        current += (time.perf_counter() - t_one,)
+    at, res, pass_seconds = current
+    hyper = _unread_mask(res.hess, data_pass.levels, lik.dim)
     if not hyper.any():
         return None
-    held = holding(lambda th: log_post(th, data_pass.full(th)), hyper)
-    last: dict[str, tuple] = {}
-
-    def held_remembered(th):
-        last["point"] = (th, *held(th))
-        return last["point"][1:]
-
-    def conditional_mode(th):
-        th, prec, converged = newton(held_remembered, th, tolerance=tolerance, max_steps=30)
-        at, value, g, _ = last["point"]
-        if not (converged and np.array_equal(at, th)):
-            return -np.inf, th, None
-        # the last Newton step, not taken (within the tolerance): its predicted gain, so that
-        # the marginal's values carry no error of order tolerance² (its curvature is their
-        # second difference)
-        frame = laplace_frame(th, prec)  # positive definite: Newton converged undamped
-        step = frame.newton_step(g)
-        return value + 0.5 * float(g @ step), th + step, frame
-
-    try:
-        found = marginal_mode(conditional_mode, hyper, theta)
-    except NotPositiveDefiniteError:
-        return None
+    start = np.where(hyper, theta, at)
+    t_one = time.perf_counter()
+    log_post(start, res)
+    prior_seconds = time.perf_counter() - t_one
+    found = None
+    if pass_seconds > SURROGATE_COST * prior_seconds:
+        try:
+            found = surrogate_marginal_mode(data_pass, log_post, hyper, start, at, res,
+                                             tolerance)
+        except NotPositiveDefiniteError:
+            pass
+    if found is None:
+        try:
+            found = exact_marginal_mode(data_pass, log_post, hyper, start, tolerance)
+        except NotPositiveDefiniteError:
+            return None
     frame = found.frame
     res = data_pass.full(found.theta, whiten_rows=frame.whiten_rows if order else None,
                          order=order, levels=frame.n_levels if order else 0)
@@ -476,10 +434,15 @@ def _unread(data_pass, theta: np.ndarray, chunks: list[np.ndarray] | None,
     levels = data_pass.levels
     if levels is None and split_only:
         return None
-    hess = data_pass.full(theta, idx_chunks=chunks).hess
+    return _unread_mask(data_pass.full(theta, idx_chunks=chunks).hess, levels, theta.size)
+
+
+def _unread_mask(hess, levels: LevelLayout | None, dim: int) -> np.ndarray:
+    """The coordinates with zero data curvature in a pass's Hessian sums (of the fixed
+    block, when they are split by ``levels``)."""
     if levels is None:
         return np.diag(hess) == 0.0
-    mask = np.zeros(levels.dim, dtype=bool)
+    mask = np.zeros(dim, dtype=bool)
     mask[levels.fixed[np.diag(hess.block) == 0.0]] = True
     return mask
 

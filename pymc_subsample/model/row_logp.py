@@ -13,7 +13,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.links import stable_bernoulli_logp
 from pymc_subsample.model.rebuild import ObservedBlock
-from pymc_subsample.model.smooth_switches import mark_smooth_switches
+from pymc_subsample.model.smooth_switches import rewrite_normal_log_cdfs
 
 __all__ = ["row_logp"]
 
@@ -27,15 +27,14 @@ def row_logp(block: ObservedBlock):
     # measurable graph give, e.g. for a truncated normal with an infinite bound, a graph
     # whose gradient is finite where pm.logp's is NaN
     value = block.value.type()
-    # PyMC's stabilised normal log-CDFs marked as the smooth functions they are while their
-    # graphs are still as PyMC built them, before PyMC's rewrites of the measurable graph:
-    # in the variable's parameters (an ordinal probit's probabilities), then in the log-CDFs
-    # the logp itself builds (a censored Normal's); the automatic bound encloses their
-    # derivatives across their switch points
-    rv = mark_smooth_switches(block.rv)
+    # PyMC's stabilised normal log-CDFs written as the one smooth function each is (an op with
+    # a tight interval rule) while their graphs are still as PyMC built them, before PyMC's
+    # rewrites of the measurable graph: in the variable's parameters (an ordinal probit's
+    # probabilities), then in the log-CDFs the logp itself builds (a censored Normal's)
+    rv = rewrite_normal_log_cdfs(block.rv)
     logp = graph_replace(conditional_logp({rv: value})[value], {value: block.value},
                          strict=False)
-    logp = mark_smooth_switches(logp)
+    logp = rewrite_normal_log_cdfs(logp)
     if any(isinstance(n.op, RandomVariable) for n in toposort([logp])):
         # a mixture's logp reads its components' shapes: without this rewrite every call
         # would also draw the components (PyMC's compile adds their RNG updates), some on

@@ -30,14 +30,13 @@ import numpy as np
 import pytensor.tensor as pt
 
 from pymc_subsample.bounds import Family, LocationScaleFamily
-from pymc_subsample.model.glm import (
-    GLMTerm,
+from pymc_subsample.model.glm import GLMTerm, family_terms
+from pymc_subsample.model.likelihood import NUMPY_PASS_ROWS, SubsampledLikelihood
+from pymc_subsample.model.location_scale import (
     LocationScaleTerm,
-    family_terms,
     location_scale_terms,
     upper_pairs,
 )
-from pymc_subsample.model.likelihood import NUMPY_PASS_ROWS, SubsampledLikelihood
 
 __all__ = ["TABLE_NUMBERS", "TABLE_ROWS", "TabulatedRemainder", "tabulable"]
 

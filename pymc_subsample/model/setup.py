@@ -28,8 +28,8 @@ from pymc_subsample.model.build_progress import build_note, build_phase
 from pymc_subsample.model.centring import CentredTwin, centred_twin
 from pymc_subsample.model.control_variates import TaylorControlVariate, validate_cv_order
 from pymc_subsample.model.frame import LaplaceFrame
-from pymc_subsample.model.glm import detect_location_scale_terms
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from pymc_subsample.model.location_scale import detect_location_scale_terms
 from pymc_subsample.model.passes import DataPass, GenericPass, GLMPass, LocationScalePass
 from pymc_subsample.model.predictors import detect_predictor_terms
 from pymc_subsample.model.reference import MODE_TOLERANCE, ReferenceFit, fit_reference

@@ -1,4 +1,4 @@
-r"""PyMC's stabilised Normal log-CDFs found in a row term and marked as smooth switches.
+r"""PyMC's stabilised Normal log-CDFs found in a row term and written as one op each.
 
 A Tobit row's ``log Φ(z)``, a truncated Normal's normalising ``log(1 − Φ(a))`` and an ordinal
 probit's ``log(Φ(a) − Φ(b))`` are built by PyMC's ``normal_lcdf``, ``normal_lccdf`` and
@@ -15,29 +15,36 @@ for their accuracy in floating point:
   ``log ½``; all three are ``log((erf(x) − erf(y))/2) = log(Φ(a′) − Φ(b′))`` for every
   ``x > y`` (multiply out ``erfcx``), the argument of each ``log`` then positive.
 
-So the row term is analytic across these switches' surfaces, and the automatic bound may
-enclose its derivatives on a box that straddles one
-(:mod:`~pymc_subsample.bounds.smooth_switch`). :func:`mark_smooth_switches` finds each such
-switch by rebuilding the function with PyMC's own code from the inputs the switch reads and
-comparing the two graphs node by node (``equal_computations``): a switch that only looks
-similar, or a user's own ``switch(z < −1, ...)``, is left unmarked, and the automatic bound
-then treats it as a possible kink, as before. Other switches are not touched.
+So each is one analytic function of its standardised arguments, and
+:func:`rewrite_normal_log_cdfs` writes it as one op
+(:mod:`~pymc_subsample.bounds.normal_cdf_ops`: ``log Φ(z)``, ``log Φ(−z)``,
+``log(Φ(a′) − Φ(b′))``) whose interval enclosure is its exact range on a box and whose
+derivatives are ops of the same kind: the automatic bound then encloses the row term's
+derivatives tightly, also across the switch points, where the switch's derivatives, formula by
+formula, were quotients of the same exponentials enclosed loosely (an ordinal probit's were
+infinite on most rows' boxes). It finds each switch by rebuilding the function with PyMC's own
+code from the inputs the switch reads and comparing the two graphs node by node
+(``equal_computations``): a switch that only looks similar, or a user's own
+``switch(z < −1, ...)``, is left as written, and the automatic bound then treats it as a
+possible kink. Other switches are not touched. The ops compute the same values (to a few ulps:
+SciPy's ``log_ndtr`` in NumPy, PyMC's own formulas in C) for the sampler as for the bound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytensor.tensor as pt
 from pymc.distributions.dist_math import log_diff_normal_cdf, normal_lccdf, normal_lcdf
 from pytensor.graph.basic import Variable, equal_computations
-from pytensor.graph.replace import clone_replace, graph_replace
+from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import graph_inputs, io_toposort
 from pytensor.scalar import basic as ps
 
-from pymc_subsample.bounds.smooth_switch import smooth_condition
+from pymc_subsample.bounds.normal_cdf_ops import log_normal_cdf, log_normal_cdf_diff
 from pymc_subsample.model.predictor_forms import scalar_op
 
-__all__ = ["mark_smooth_switches"]
+__all__ = ["rewrite_normal_log_cdfs"]
 
 
 def _standardised(z: Variable, scaled: bool) -> tuple[Variable, Variable, Variable] | None:
@@ -61,11 +68,12 @@ def _switch_parts(var: Variable) -> tuple[Variable, Variable, Variable] | None:
     return tuple(var.owner.inputs)
 
 
-def _one_sided(builder: Callable, comparison: type) -> Callable:
-    """A recogniser of ``normal_lcdf``/``normal_lccdf``: the conditions of ``switch`` if it is
-    ``builder(μ, σ, x)`` for the ``(x − μ)/σ`` its condition compares, else None."""
+def _one_sided(builder: Callable, comparison: type, sign: float) -> Callable:
+    """A recogniser of ``normal_lcdf``/``normal_lccdf``: ``log Φ(sign·z)`` as one op if
+    ``switch`` is ``builder(μ, σ, x)`` for the ``z = (x − μ)/σ`` its condition compares, else
+    None."""
 
-    def recognise(switch: Variable) -> list[Variable] | None:
+    def recognise(switch: Variable) -> Variable | None:
         cond, _, _ = _switch_parts(switch)
         if not isinstance(scalar_op(cond), comparison):
             return None
@@ -75,14 +83,16 @@ def _one_sided(builder: Callable, comparison: type) -> Callable:
         x, mu, sigma = parts
         if not equal_computations([switch], [builder(mu, sigma, x)]):
             return None
-        return [cond]
+        z = cond.owner.inputs[0]
+        return log_normal_cdf(z if sign > 0 else -z)
 
     return recognise
 
 
-def _log_diff(switch: Variable) -> list[Variable] | None:
-    """The conditions of ``switch`` if it is the switch of ``log_diff_normal_cdf(μ, σ, a, b)``
-    (``log ½ +`` it), reading ``a`` from its inner condition and ``b`` from its outer one."""
+def _log_diff(switch: Variable) -> Variable | None:
+    """``log(Φ(a′) − Φ(b′)) − log ½`` as one op if ``switch`` is the switch of
+    ``log_diff_normal_cdf(μ, σ, a, b)`` (``log ½ +`` it), reading ``a′ = (a − μ)/σ`` from its
+    inner condition and ``b′`` from its outer one, else None."""
     outer, _, inner_switch = _switch_parts(switch)
     inner = _switch_parts(inner_switch)
     if inner is None or not isinstance(scalar_op(outer), ps.GT) \
@@ -98,54 +108,40 @@ def _log_diff(switch: Variable) -> list[Variable] | None:
     candidates = [v for v in built.owner.inputs if _switch_parts(v) is not None]
     if len(candidates) != 1 or not equal_computations([switch], candidates):
         return None
-    return [outer, inner[0]]
+    # PyMC's own log ½ (a float32 constant when floatX is): subtracted as it is added, the
+    # two cancel exactly in the sum
+    (half,) = [v for v in built.owner.inputs if v is not candidates[0]]
+    # the conditions compare (a − μ)/σ/√2 and (b − μ)/σ/√2: their numerators are a′ and b′
+    a_std = inner[0].owner.inputs[0].owner.inputs[0]
+    b_std = outer.owner.inputs[0].owner.inputs[0]
+    return log_normal_cdf_diff(a_std, b_std) - half
 
 
-#: (name, recogniser): each returns the conditions to mark, or None
+#: (name, recogniser): each returns the switch's replacement, or None
 _RECOGNISERS: tuple[tuple[str, Callable], ...] = (
-    ("normal_lcdf", _one_sided(normal_lcdf, ps.LT)),
-    ("normal_lccdf", _one_sided(normal_lccdf, ps.GT)),
+    ("normal_lcdf", _one_sided(normal_lcdf, ps.LT, 1.0)),
+    ("normal_lccdf", _one_sided(normal_lccdf, ps.GT, -1.0)),
     ("log_diff_normal_cdf", _log_diff),
 )
 
 
-def mark_smooth_switches(graph: Variable) -> Variable:
-    """``graph`` with the conditions of the switches that are PyMC's ``normal_lcdf``,
-    ``normal_lccdf`` or ``log_diff_normal_cdf`` marked by
-    :func:`~pymc_subsample.bounds.smooth_switch.smooth_condition` (module docstring); the
-    same graph if there is none."""
+def rewrite_normal_log_cdfs(graph: Variable) -> Variable:
+    """``graph`` with the switches that are PyMC's ``normal_lcdf``, ``normal_lccdf`` or
+    ``log_diff_normal_cdf`` written as the ops of
+    :mod:`~pymc_subsample.bounds.normal_cdf_ops` (module docstring); the same graph if there
+    is none."""
     replace: dict[Variable, Variable] = {}
-    covered: set[Variable] = set()
     for node in io_toposort(list(graph_inputs([graph])), [graph]):
         out = node.outputs[0]
-        if out in covered or _switch_parts(out) is None:
+        if _switch_parts(out) is None:
             continue
-        for source, recognise in _RECOGNISERS:
-            conditions = recognise(out)
-            if conditions is None:
-                continue
-            marked = {c: smooth_condition(c, source) for c in conditions}
-            # the marks only inside this switch: the same condition elsewhere stays as it is
-            replace[out] = clone_replace(out, replace=marked)
-            covered.update(_switches_within(out, conditions))
-            break
+        for _source, recognise in _RECOGNISERS:
+            replacement = recognise(out)
+            if replacement is not None:
+                replace[out] = pt.cast(replacement, out.type.dtype)
+                break
     if not replace:
         return graph
     return graph_replace(graph, replace, strict=False)
 
 
-def _switches_within(switch: Variable, conditions: list[Variable]) -> set[Variable]:
-    """The switch and the inner switches on ``conditions`` (recognised with it)."""
-    found = {switch}
-    stack = [switch]
-    while stack:
-        var = stack.pop()
-        parts = _switch_parts(var)
-        if parts is None:
-            continue
-        for branch in parts[1:]:
-            inner = _switch_parts(branch)
-            if inner is not None and inner[0] in conditions:
-                found.add(branch)
-                stack.append(branch)
-    return found
