@@ -415,10 +415,10 @@ def _grouped_case(name, rng):
                                        ("censored_weibull", _censored_weibull_row)])
 def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, monkeypatch):
     """On many narrow boxes the enclosures are taken once per bin of similar rows (their
-    boxes' hull, the data as intervals; ``AutomaticFamily._grouped_suprema``): the suprema
-    still bound PyTensor's derivatives at random points and at the corners of every box, and
-    their sums are within :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures' (the cost
-    of the wider hull)."""
+    boxes' hull, the data as intervals; ``CellSuprema.suprema``): the suprema still bound
+    PyTensor's derivatives at random points and at the corners of every box, and their sums
+    are within :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures' (the cost of the wider
+    hull)."""
     from pymc_subsample.bounds import automatic
 
     rng = np.random.default_rng([RNG_SEED, 17, len(name)])
@@ -428,8 +428,8 @@ def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, monkeyp
     rows = [np.broadcast_to(v, (N_GROUPED,)) for v in values]
     sup = auto.all_suprema(2, tuple(norms), rows[0], tuple(hats), radius, values)
     # the grouped path is taken: the rows share far fewer cells than they are
-    grids = [g for g in auto._grids.values() if g is not None]
-    assert grids and grids[0]._table.shape[1] < N_GROUPED / 2
+    grids = [g for g in auto._cells.grids.values() if g is not None]
+    assert grids and grids[0].n_cells < N_GROUPED / 2
     assert all(np.isfinite(s).all() for s in sup.values())
     alphas, graphs = auto.derivatives(2)
     point_fn = pytensor.function([p0, p1, *data], graphs[: len(sup)], mode="FAST_COMPILE",
