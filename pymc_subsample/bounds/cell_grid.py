@@ -165,10 +165,11 @@ class CellGrid:
             columns.append((edges, frequent))
         return cls(steps, shared, columns, fields)
 
-    def data_codes(self, data) -> np.ndarray:
-        """Each row's data code (``-1`` where its data are off the grid: a continuous value
-        beyond the bins), new codes numbered (at most ``2**CODE_BITS``)."""
-        n_rows = np.shape(data[0])[0]
+    def data_codes(self, data: list[np.ndarray], n_rows: int) -> np.ndarray:
+        """Each of the ``n_rows`` rows' data code (``-1`` where its data are off the grid: a
+        continuous value beyond the bins), new codes numbered (at most ``2**CODE_BITS``); a
+        row term that reads no data (a mixture's ``y − μ_k`` are its predictors) has one code.
+        """
         on_grid = np.ones(n_rows, dtype=bool)
         keys, hulls = [], []
         for d, column in zip(data, self.columns, strict=True):

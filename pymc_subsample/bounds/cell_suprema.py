@@ -139,7 +139,7 @@ class CellSuprema:
         grid = self._grid(order, centres, widths, data, n_alpha, len(graphs) - n_alpha)
         if grid is None:
             return None
-        codes = grid.data_codes(list(data.values()))
+        codes = grid.data_codes(list(data.values()), n_rows)
         own = codes < 0
         # the steps each row's box meets along each varying predictor, and its centre's
         first, count, home = [], [], []
