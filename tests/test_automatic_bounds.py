@@ -414,11 +414,10 @@ def _grouped_case(name, rng):
 @pytest.mark.parametrize("name, row", [("beta_binomial", _beta_binomial_row),
                                        ("censored_weibull", _censored_weibull_row)])
 def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, monkeypatch):
-    """On many narrow boxes the enclosures are taken once per bin of similar rows (their
-    boxes' hull, the data as intervals; ``CellSuprema.suprema``): the suprema still bound
-    PyTensor's derivatives at random points and at the corners of every box, and their sums
-    are within :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures' (the cost of the wider
-    hull)."""
+    """On many narrow boxes the enclosures are taken once per cell of a grid (a continuous
+    column's bins as intervals; ``CellSuprema.suprema``): the suprema still bound PyTensor's
+    derivatives at random points and at the corners of every box, and their sums are within
+    :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures' (the cost of the wider cells)."""
     from pymc_subsample.bounds import automatic
 
     rng = np.random.default_rng([RNG_SEED, 17, len(name)])
