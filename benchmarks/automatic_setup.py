@@ -9,8 +9,10 @@ change's before and after on the same machine.
 ``PYTHONPATH`` too). Prints one table row per size and family: the setup's seconds, its
 full-data passes and their seconds, the seconds compiling the pass, the seconds spent in the
 automatic bound's enclosures (``AutomaticFamily.all_suprema``, summed over the pass's
-threads, so up to twice the wall time they take on two cores) and the load average, since
-setup times on a shared machine move with it.
+threads, so up to twice the wall time they take on two cores), the setup's processor seconds
+(``time.process_time``, all threads: steadier than the wall time when other work shares the
+cores) and the load average, since setup times on a shared machine move with it. The
+setup's threads are ``PYMC_SUBSAMPLE_THREADS`` (one for the steadiest comparison).
 """
 
 from __future__ import annotations
@@ -44,19 +46,20 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     print(f"repo {repo} ({commit})", flush=True)
-    print("| N | family | bound | setup (s) | passes | passes (s) | compiling (s) "
+    print("| N | family | bound | setup (s) | its CPU (s) | passes | passes (s) | compiling (s) "
           "| enclosures (thread-s) |", flush=True)
     for n in (int(v) for v in sizes.split(",")):
         for name in families.split(","):
             enclosing["s"] = 0.0
             with model(name, n):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 step = pms.MHSS()
-                seconds = time.perf_counter() - t0
+                seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             kind = type(step._reference_pass.terms[0]).__name__
             bound = "automatic" if kind == "PredictorTerm" else "hand-derived"
             p = step.setup_profile
-            print(f"| {n:,} | {name} | {bound} | {seconds:.1f} | {p['full_data_passes']} "
+            print(f"| {n:,} | {name} | {bound} | {seconds:.1f} | {cpu:.1f} "
+                  f"| {p['full_data_passes']} "
                   f"| {p['full_data_passes_s']:.1f} | {p['pass_compile_s']:.1f} "
                   f"| {enclosing['s']:.1f} | load {os.getloadavg()[0]:.1f}", flush=True)
 

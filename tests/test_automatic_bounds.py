@@ -414,11 +414,10 @@ def _grouped_case(name, rng):
 @pytest.mark.parametrize("name, row", [("beta_binomial", _beta_binomial_row),
                                        ("censored_weibull", _censored_weibull_row)])
 def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, monkeypatch):
-    """On many narrow boxes the enclosures are taken once per bin of similar rows (their
-    boxes' hull, the data as intervals; ``AutomaticFamily._grouped_suprema``): the suprema
-    still bound PyTensor's derivatives at random points and at the corners of every box, and
-    their sums are within :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures' (the cost
-    of the wider hull)."""
+    """On many narrow boxes the enclosures are taken once per cell of a grid (a continuous
+    column's bins as intervals; ``CellSuprema.suprema``): the suprema still bound PyTensor's
+    derivatives at random points and at the corners of every box, and their sums are within
+    :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures' (the cost of the wider cells)."""
     from pymc_subsample.bounds import automatic
 
     rng = np.random.default_rng([RNG_SEED, 17, len(name)])
@@ -426,10 +425,10 @@ def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, monkeyp
     radius = 5.0
     auto, (p0, p1), data = _automatic_family(name, row)
     rows = [np.broadcast_to(v, (N_GROUPED,)) for v in values]
-    widths = [radius * s for s in norms]
-    binned = automatic.row_bins(hats, widths, rows)
-    assert binned is not None and binned[1] < N_GROUPED / 4  # the grouped path is taken
     sup = auto.all_suprema(2, tuple(norms), rows[0], tuple(hats), radius, values)
+    # the grouped path is taken: the rows share far fewer cells than they are
+    grids = [g for g in auto._cells.grids.values() if g is not None]
+    assert grids and grids[0].n_cells < N_GROUPED / 2
     assert all(np.isfinite(s).all() for s in sup.values())
     alphas, graphs = auto.derivatives(2)
     point_fn = pytensor.function([p0, p1, *data], graphs[: len(sup)], mode="FAST_COMPILE",
@@ -449,6 +448,39 @@ def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, monkeyp
     for alpha, s_alpha in sup.items():
         ratio = s_alpha.sum() / own[alpha].sum()
         assert ratio <= GROUPED_TIGHTNESS, (alpha, ratio)
+
+
+def test_grouped_suprema_of_a_row_term_that_reads_no_data(monkeypatch):
+    """A row term whose predictors hold its data (a Normal mixture's ``y − μ_k``, one per
+    component) and that reads no data column is bounded through cells too (one data code):
+    its suprema bound the derivatives at the corners and at random points of every box, within
+    :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures'."""
+    from pymc_subsample.bounds import automatic
+
+    rng = np.random.default_rng([RNG_SEED, 19])
+    p0, p1 = pt.vector("p0", dtype="float64"), pt.vector("p1", dtype="float64")
+    a, b = np.log(0.7) - 0.5 * (p0 / 0.8) ** 2, np.log(0.3) - 0.5 * (p1 / 0.8) ** 2
+    auto = AutomaticFamily(b + pt.softplus(a - b), [p0, p1], [], "mixture", "mixture")
+    y = np.where(rng.random(N_GROUPED) < 0.3, 2.0, -0.5) + 0.8 * rng.normal(size=N_GROUPED)
+    hats = [y + 1.0, y - 2.0]
+    norms = [np.full(N_GROUPED, 3e-3), np.full(N_GROUPED, 5e-3)]
+    radius = 5.0
+    sup = auto.all_suprema(1, tuple(norms), y, tuple(hats), radius, ())
+    grids = [g for g in auto._cells.grids.values() if g is not None]
+    assert grids and grids[0].n_cells < N_GROUPED / 2
+    alphas, graphs = auto.derivatives(1)
+    point_fn = pytensor.function([p0, p1], graphs[: len(sup)], mode="FAST_COMPILE",
+                                 on_unused_input="ignore")
+    corners = [np.array([c0, c1]) for c0 in (-1.0, 1.0) for c1 in (-1.0, 1.0)]
+    for u in [*corners, *(rng.uniform(-1, 1, (2, N_GROUPED)) for _ in range(4))]:
+        points = [h + radius * s * u[j] for j, (h, s) in enumerate(zip(hats, norms, strict=True))]
+        exact = dict(zip(alphas, point_fn(*points), strict=False))
+        for alpha, s_alpha in sup.items():
+            assert np.all(np.abs(exact[alpha]) <= s_alpha), alpha
+    monkeypatch.setattr(automatic, "GROUP_MIN_ROWS", 10 * N_GROUPED)  # row by row
+    own = auto.all_suprema(1, tuple(norms), y, tuple(hats), radius, ())
+    for alpha, s_alpha in sup.items():
+        assert s_alpha.sum() / own[alpha].sum() <= GROUPED_TIGHTNESS, alpha
 
 
 # ------------------------------------------------------------ regularised incomplete gamma

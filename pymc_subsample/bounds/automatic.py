@@ -45,11 +45,13 @@ from pytensor.graph.traversal import io_toposort
 from pytensor.scalar import basic as ps
 from pytensor.tensor.elemwise import Elemwise
 
+from pymc_subsample.bounds.cell_suprema import EVAL_ROWS, CellSuprema
 from pymc_subsample.bounds.family import multi_indices
 from pymc_subsample.bounds.interval import (
     check_rules,
     evaluate_intervals,
     magnitude,
+    piece_boxes,
     undecided_comparisons,
 )
 from pymc_subsample.bounds.remainder import check_order
@@ -102,32 +104,16 @@ def _merged(inputs: list[Variable], graphs: list[Variable]) -> list[Variable]:
     return list(fgraph.outputs)
 
 
-#: rows enclosed at a time: NumPy's temporaries of this many float64 (128 KiB) are reused
-#: from the heap, where those of a whole 65,536-row chunk are fresh pages each time (four
-#: times slower on the same work)
-EVAL_ROWS = 16_384
 #: at most this many sub-boxes (rows × pieces^K) are enclosed per block: on few rows (small N,
 #: where the boxes are wide and a natural enclosure loose) the box is bisected into more pieces
 PIECES_BUDGET = 65_536
 MAX_PIECES = 8
-#: from this many rows at a time, rows are grouped in bins whose hulls are enclosed once
-#: (:meth:`AutomaticFamily._grouped_suprema`)
+#: from this many rows at a time, rows are bounded through the cells of a grid
+#: (:class:`~pymc_subsample.bounds.cell_suprema.CellSuprema`)
 GROUP_MIN_ROWS = 4_096
-#: a bin's width along a predictor that varies between rows, in its median box half-widths
-GROUP_WIDTH = 1.0
-#: bins of a continuous data column (equal counts), besides its frequent values' own
-GROUP_QUANTILES = 64
-#: a data value on at least this share of the rows (a censoring bound) is a bin of its own
-GROUP_EXACT_SHARE = 1.0 / 256.0
-#: rows are grouped only when the bins are at most this share of them (else no work saved)
-GROUP_MAX_SHARE = 0.3
 #: with more than two predictors, derivatives of at most this order are simplified by
 #: PyTensor's rewrites (:meth:`AutomaticFamily._partial`)
 SIMPLIFY_ORDER = 2
-#: the widening of a piece's ends: a few ulps of ``|p̂| + 2w`` (each end is a few roundings)
-_OUTWARD_REL = 2.0**-48
-_OUTWARD_ABS = 2.0**-1070
-
 
 class NonSmoothRow(ValueError):
     """The row term goes through an op with a kink in a predictor (:attr:`op_name`)."""
@@ -189,6 +175,9 @@ class AutomaticFamily:
         self._memo: dict[tuple[int, ...], Variable] = {(0,) * len(self._predictors): logp}
         self._conditions = self._predictor_conditions()
         self._inputs = [*self._predictors, *self._data]
+        #: the bounds of many rows at a time through the cells of a grid kept per pass
+        self._cells = CellSuprema(logp, self._predictors, self._data, self._conditions,
+                                  self.pieces)
 
     @property
     def n_predictors(self) -> int:
@@ -301,7 +290,8 @@ class AutomaticFamily:
         :math:`|\partial^\alpha f(\hat p)| + \sum_j w_j \sup_B |\partial_j\partial^\alpha
         f|` (``w_j = radius·s_j``), which is tight to first order in the box's width where the
         natural one suffers from a variable that appears several times. On many narrow
-        boxes (tall data) both are taken on bins of similar rows (:meth:`_grouped_suprema`).
+        boxes (tall data) both are taken on the cells of a grid
+        (:meth:`CellSuprema.suprema <pymc_subsample.bounds.cell_suprema.CellSuprema.suprema>`).
         """
         del y
         alphas, graphs = self.derivatives(order)
@@ -316,8 +306,8 @@ class AutomaticFamily:
         pieces = max(self.pieces, min(MAX_PIECES, int(
             (PIECES_BUDGET / max(n_rows, 1)) ** (1.0 / self.n_predictors) + 1e-9)))
         if n_rows >= GROUP_MIN_ROWS:
-            grouped = self._grouped_suprema(alphas, graphs, n_alpha, centres, widths, data,
-                                            pieces)
+            grouped = self._cells.suprema(order, alphas, graphs, n_alpha, centres, widths,
+                                          data, pieces)
             if grouped is not None:
                 return grouped
         blocks = [self._block_suprema(alphas, graphs, n_alpha, pieces,
@@ -363,94 +353,6 @@ class AutomaticFamily:
             best[alpha] = np.where(undecided, np.inf, out)
         return best
 
-    def _grouped_suprema(self, alphas, graphs, n_alpha, centres, widths, data, pieces):
-        r""":meth:`all_suprema` with the box enclosures taken on bins of similar rows, or
-        ``None`` where the rows do not share bins (:func:`row_bins`).
-
-        A bin's *hull* holds every box of its rows, its data taken as intervals: enclosures
-        only grow with the box, so the natural enclosure on the hull bounds each of its rows'
-        suprema, and for the mean-value form
-
-        .. math::
-
-            \sup_{B_i} |\partial^\alpha f| \le |\partial^\alpha f(\hat p_i)|
-            + \sum_j w_{ij} \sup_{H} |\partial_j \partial^\alpha f|, \qquad B_i \subset H,
-
-        where only the first term is enclosed per row (at the point, with the row's own data);
-        the derivative graphs are enclosed once per bin (far fewer than the rows on tall data,
-        where the boxes are narrow and many rows share a bin). A row whose bin leaves one of
-        ``f``'s switches undecided or has no finite bound is enclosed on its own box
-        (:meth:`_block_suprema`, in ``pieces`` parts per axis), as are all rows where the
-        bins are too many to save work. The hulls are bisected into :attr:`pieces` parts.
-        """
-        n_rows = np.shape(centres[0])[0]
-        binned = row_bins(centres, widths, list(data.values()))
-        if binned is None:
-            return None
-        inv, n_bins, exact = binned
-        # each row's box rounded outward as in _box_suprema, then the hull of each bin's
-        lows, highs = [], []
-        for c, w in zip(centres, widths, strict=True):
-            slack = (np.abs(c) + 2.0 * np.abs(w)) * _OUTWARD_REL + _OUTWARD_ABS
-            lows.append(_bin_min(c - w - slack, inv, n_bins))
-            highs.append(_bin_max(c + w + slack, inv, n_bins))
-        first_rows = np.unique(inv, return_index=True)[1]
-        data_hull = {}
-        for (var, d), same in zip(data.items(), exact, strict=True):
-            if same:  # one value per bin: exact
-                data_hull[var] = d[first_rows]
-            else:
-                data_hull[var] = (_bin_min(d, inv, n_bins), _bin_max(d, inv, n_bins))
-        hull_centres = [0.5 * lo + 0.5 * hi for lo, hi in zip(lows, highs, strict=True)]
-        # the half-width rounded up past the ends (the pieces' slack of _box_suprema covers
-        # the rounding of centre ± half-width)
-        hull_widths = [np.maximum(hi - m, m - lo) * (1.0 + 4.0 * np.finfo(float).eps)
-                       for lo, hi, m in zip(lows, highs, hull_centres, strict=True)]
-        per_bin = [[] for _ in range(len(graphs) + 1)]
-        for start in range(0, n_bins, EVAL_ROWS):
-            part = slice(start, start + EVAL_ROWS)
-            block_data = {v: (d[0][part], d[1][part]) if isinstance(d, tuple) else d[part]
-                          for v, d in data_hull.items()}
-            out = self._box_suprema(graphs, self._conditions,
-                                    [c[part] for c in hull_centres],
-                                    [w[part] for w in hull_widths], block_data, self.pieces)
-            for acc, value in zip(per_bin, out, strict=True):
-                acc.append(value)
-        *bin_sup, bin_undecided = [np.concatenate(v) for v in per_bin]
-        natural, gradient = bin_sup[:n_alpha], dict(zip(alphas[n_alpha:], bin_sup[n_alpha:],
-                                                         strict=True))
-        best = {}
-        fallback = bin_undecided[inv]
-        for start in range(0, n_rows, EVAL_ROWS):
-            part = slice(start, start + EVAL_ROWS)
-            at_centre = [magnitude(e) for e in evaluate_intervals(
-                graphs[:n_alpha], {**{p: c[part] for p, c in zip(self._predictors, centres,
-                                                                 strict=True)},
-                                   **{v: d[part] for v, d in data.items()}})]
-            rows = inv[part]
-            for k, alpha in enumerate(alphas[:n_alpha]):
-                mean_value = np.broadcast_to(at_centre[k], (rows.size,))
-                for j, w in enumerate(widths):
-                    beta = tuple(a + (i == j) for i, a in enumerate(alpha))
-                    mean_value = mean_value + gradient[beta][rows] * w[part]
-                # rounded up: the sum of bounds is a bound in exact arithmetic
-                mean_value = np.nextafter(mean_value * (1.0 + 4.0 * np.finfo(float).eps),
-                                          np.inf)
-                best.setdefault(alpha, []).append(np.minimum(natural[k][rows], mean_value))
-        best = {alpha: np.concatenate(v) for alpha, v in best.items()}
-        for v in best.values():
-            fallback |= ~np.isfinite(v)
-        rows = np.flatnonzero(fallback)
-        for start in range(0, rows.size, EVAL_ROWS):
-            sub = rows[start : start + EVAL_ROWS]
-            own = self._block_suprema(alphas, graphs, n_alpha, pieces,
-                                      [c[sub] for c in centres],
-                                      [w[sub] for w in widths],
-                                      {v: d[sub] for v, d in data.items()})
-            for alpha, value in own.items():
-                best[alpha][sub] = value
-        return best
-
     def _box_suprema(self, graphs, conditions, centres, widths, data,
                      pieces: int = 1) -> list[np.ndarray]:
         """``sup |g|`` over each row's box for each graph (the largest over the
@@ -458,15 +360,7 @@ class AutomaticFamily:
         condition is undecided on the row's box."""
         n_rows = np.shape(centres[0])[0]
         cells = list(np.ndindex(*(pieces,) * self.n_predictors))
-        boxes = {}
-        for j, (p, c, w) in enumerate(zip(self._predictors, centres, widths, strict=True)):
-            t = np.array([cell[j] for cell in cells], dtype=np.float64)[:, None]
-            lo = c - w + 2.0 * w * (t / pieces)
-            hi = c - w + 2.0 * w * ((t + 1.0) / pieces)
-            # outward by more than the few roundings of each end (relative to |p̂| + 2w, not
-            # to the end itself, which may cancel to about 0): the pieces' union covers the box
-            slack = (np.abs(c) + 2.0 * np.abs(w)) * _OUTWARD_REL + _OUTWARD_ABS
-            boxes[p] = ((lo - slack).ravel(), (hi + slack).ravel())
+        boxes = dict(zip(self._predictors, piece_boxes(centres, widths, pieces), strict=True))
         if len(cells) > 1:
             # a bin's data are intervals (lo, hi): each end tiled
             data = {v: tuple(np.tile(x, len(cells)) for x in d) if isinstance(d, tuple)
@@ -484,69 +378,3 @@ class AutomaticFamily:
             undecided = by_cell(undecided_comparisons(self._f, {**boxes, **data},
                                                       conditions)).any(axis=0)
         return [*sup, undecided]
-
-
-def _bin_min(values: np.ndarray, inv: np.ndarray, n_bins: int) -> np.ndarray:
-    out = np.full(n_bins, np.inf)
-    np.minimum.at(out, inv, values)
-    return out
-
-
-def _bin_max(values: np.ndarray, inv: np.ndarray, n_bins: int) -> np.ndarray:
-    out = np.full(n_bins, -np.inf)
-    np.maximum.at(out, inv, values)
-    return out
-
-
-def _column_key(values: np.ndarray) -> tuple[np.ndarray, bool]:
-    """A bin index per row for one data column and whether it is exact (one value a bin):
-    integers, booleans and columns of few values by value; a continuous column by equal-count
-    bins, its frequent values (a censoring bound) each a bin of its own."""
-    unique, inv, counts = np.unique(values, return_inverse=True, return_counts=True)
-    if unique.size <= GROUP_QUANTILES or not np.issubdtype(values.dtype, np.floating):
-        return inv, True
-    n = values.size
-    frequent = counts >= GROUP_EXACT_SHARE * n
-    before = np.cumsum(counts) - counts
-    key = np.where(frequent, GROUP_QUANTILES + np.cumsum(frequent) - 1,
-                   before * GROUP_QUANTILES // n)
-    return key[inv], False
-
-
-def row_bins(centres: Sequence[np.ndarray], widths: Sequence[np.ndarray],
-             data: Sequence[np.ndarray]) -> tuple[np.ndarray, int, list[bool]] | None:
-    """Bins of rows with nearby predictor boxes and data (:data:`GROUP_WIDTH`,
-    :data:`GROUP_QUANTILES`): ``(bin of each row, number of bins, whether each data column
-    is exact in its bins)``, or ``None`` when there would be more than
-    :data:`GROUP_MAX_SHARE` of the rows (wide boxes or scattered data: no work saved)."""
-    n_rows = np.shape(centres[0])[0]
-    keys = []
-    for c, w in zip(centres, widths, strict=True):
-        if c[0] == c[-1] and np.all(c == c[0]):
-            continue  # the same on every row (one σ for all): no split
-        step = GROUP_WIDTH * float(np.median(w))
-        if not (step > 0.0 and np.isfinite(step)):
-            return None
-        keys.append(np.floor((c - c.min()) / step).astype(np.int64))
-    exact = []
-    for d in data:
-        key, same = _column_key(np.asarray(d))
-        keys.append(key.astype(np.int64))
-        exact.append(same)
-    if not keys:
-        return np.zeros(n_rows, dtype=np.intp), 1, exact
-    # one integer key (mixed radix) per row: NumPy's unique of a 1-d array sorts far faster
-    # than of the rows of a 2-d one
-    combined = np.zeros(n_rows, dtype=np.int64)
-    for key in keys:
-        key = key - key.min()
-        combined = combined * (int(key.max()) + 1) + key
-        # renumbered whenever the radix grows large, so the product cannot overflow
-        if int(combined.max()) > 2**40:
-            combined = np.unique(combined, return_inverse=True)[1].ravel().astype(np.int64)
-    _, inv = np.unique(combined, return_inverse=True)
-    inv = inv.ravel()
-    n_bins = int(inv.max()) + 1
-    if n_bins > GROUP_MAX_SHARE * n_rows:
-        return None
-    return inv.astype(np.intp), n_bins, exact

@@ -62,7 +62,12 @@ from pymc_subsample.bounds.interval_rules import (
 )
 
 __all__ = ["Interval", "NoIntervalRule", "check_rules", "evaluate_intervals", "magnitude",
-           "undecided_comparisons"]
+           "piece_boxes", "undecided_comparisons"]
+
+#: the widening of a piece's ends (:func:`piece_boxes`): a few ulps of ``|c| + 2w`` (each end
+#: is a few roundings)
+_PIECE_REL = 2.0**-48
+_PIECE_ABS = 2.0**-1070
 
 
 def _scalar_rule(op, inputs: list[Interval], out_dtype: str) -> Interval:
@@ -294,3 +299,22 @@ def check_rules(outputs: Sequence[Variable], inputs: Sequence[Variable]) -> None
             _check_scalar(op)
         elif not isinstance(op, (Sum, *_SHAPE, *_STRUCTURAL)):
             raise NoIntervalRule(type(op).__name__)
+
+
+def piece_boxes(centres: Sequence[np.ndarray], halves: Sequence[np.ndarray],
+                pieces: int) -> list[Interval]:
+    """The boxes ``[c_j − w_j, c_j + w_j]`` (arrays of ``n`` boxes, one centre and half-width
+    per axis) bisected into ``pieces`` parts per axis: per axis, the ends of the
+    ``pieces^K · n`` parts, part by part (the ``m``-th part of every box at ``m n … (m+1) n``).
+
+    Each end is widened outward past its few roundings, relative to ``|c| + 2w`` rather than
+    to the end itself (which may cancel to about 0): the parts' union covers the box."""
+    parts = list(np.ndindex(*(pieces,) * len(centres)))
+    out = []
+    for j, (c, w) in enumerate(zip(centres, halves, strict=True)):
+        t = np.array([part[j] for part in parts], dtype=np.float64)[:, None]
+        lo = c - w + 2.0 * w * (t / pieces)
+        hi = c - w + 2.0 * w * ((t + 1.0) / pieces)
+        slack = (np.abs(c) + 2.0 * np.abs(w)) * _PIECE_REL + _PIECE_ABS
+        out.append(((lo - slack).ravel(), (hi + slack).ravel()))
+    return out

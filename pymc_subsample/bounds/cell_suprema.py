@@ -1,0 +1,492 @@
+r"""The automatic bound on many rows at a time, through the cells of a grid.
+
+On tall data the rows' boxes are narrow and many rows share nearly the same box and data:
+:class:`CellSuprema` encloses the row term's derivatives once per cell of a
+:class:`~pymc_subsample.bounds.cell_grid.CellGrid` (made on a pass's first block, kept for its
+other blocks and shared by its threads) and bounds each row from the cells its box meets,
+with no interval evaluation of its own, except the few rows where refining at their own point
+may gain most (``docs/methods/mhss.md``, "Automatic bounds").
+:class:`~pymc_subsample.bounds.automatic.AutomaticFamily` asks it from
+:data:`~pymc_subsample.bounds.automatic.GROUP_MIN_ROWS` rows at a time and falls back to
+enclosing each row's box where it returns ``None``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+from pytensor.graph.basic import Variable
+
+from pymc_subsample.bounds.cell_grid import (
+    GROUP_MAX_SPAN,
+    CellFields,
+    CellGrid,
+    same_values,
+)
+from pymc_subsample.bounds.interval import (
+    evaluate_intervals,
+    magnitude,
+    piece_boxes,
+    undecided_comparisons,
+)
+
+__all__ = ["EVAL_ROWS", "CellSuprema"]
+
+#: rows enclosed at a time: NumPy's temporaries of this many float64 (128 KiB) are reused
+#: from the heap, where those of a whole 65,536-row chunk are fresh pages each time (four
+#: times slower on the same work)
+EVAL_ROWS = 16_384
+#: rows are bounded through cells only when a block needs new cells for at most this share of
+#: its rows, and at least this share of them has cells (else no work saved)
+GROUP_MAX_SHARE = 0.5
+#: on the first block, each data value's cells are also made this share of the predictor's
+#: range past each end of its own (where a later block's rows are likely to need them)
+GROUP_PREFILL = 0.1
+#: the cells' bounds may add at most this share to each sum of a block's suprema (each row
+#: weighted as in its constant, :meth:`CellSuprema._rows_to_refine`): the rows where
+#: refining may gain most are bounded at their own point until the rest may gain less
+GROUP_SLACK = 0.15
+#: boxes up to this many are enclosed with their centres in one interval evaluation, whose
+#: cost is then mostly per op
+MERGE_ROWS = 2_048
+
+
+class CellSuprema:
+    """The suprema of a row term's derivatives on many rows' boxes, through the cells of a
+    grid kept per pass (:meth:`suprema`).
+
+    Parameters
+    ----------
+    logp : Variable
+        The row log-density ``f``, a graph of ``predictors``, ``data`` and constants.
+    predictors, data : sequence of Variable
+        As :class:`~pymc_subsample.bounds.automatic.AutomaticFamily`'s.
+    conditions : sequence of Variable
+        The comparisons of predictors each cell's box must decide where ``f`` reads them
+        (:func:`~pymc_subsample.bounds.interval.undecided_comparisons`).
+    pieces : int
+        Parts per axis a cell's box is bisected into.
+    """
+
+    def __init__(self, logp: Variable, predictors: Sequence[Variable],
+                 data: Sequence[Variable], conditions: Sequence[Variable],
+                 pieces: int = 1) -> None:
+        self._f = logp
+        self._predictors = tuple(predictors)
+        self._data = tuple(data)
+        self._conditions = list(conditions)
+        self.pieces = int(pieces)
+        #: the cell grids of the current pass (:class:`~pymc_subsample.bounds.cell_grid.
+        #: CellGrid`, or ``None`` where the rows have none), by order and the shared
+        #: predictors' values
+        self.grids: dict[tuple, CellGrid | None] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        # a copy sent to a worker process starts with no cells (a lock is not picklable)
+        state = dict(self.__dict__)
+        state["grids"], state["_lock"] = {}, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def suprema(self, order: int, alphas: list[tuple[int, ...]], graphs: list[Variable],
+                n_alpha: int, centres: list[np.ndarray], widths: list[np.ndarray],
+                data: dict[Variable, np.ndarray], pieces: int,
+                ) -> dict[tuple[int, ...], np.ndarray] | None:
+        r"""``{α: S_α}`` per row through the cells of a grid (:class:`~pymc_subsample.bounds.
+        cell_grid.CellGrid`), or ``None`` where the rows do not share cells.
+
+        ``alphas``, ``graphs`` are :meth:`~pymc_subsample.bounds.automatic.AutomaticFamily.
+        derivatives`'s, the first ``n_alpha`` of order ``order + 1``; ``centres``, ``widths``
+        the rows' boxes per predictor; ``data`` the rows' data per variable; ``pieces`` the
+        parts per axis of a row enclosed on its own box.
+
+        The grid is made on the pass's first block of rows and kept for its other blocks; the
+        enclosures on each cell (its step along each predictor that varies between rows, the
+        shared predictors' box, its data as exact values or an interval) are computed once,
+        and a row is bounded from those of the cells its box meets (its *span*) and of the
+        cell its centre :math:`\hat p_i` is in (its *home*, centre ``c``), with ``w_{ij}`` its
+        box's half-widths and :math:`d_{ij} = |\hat p_{ij} - c_j|`:
+
+        .. math::
+
+            S_{\alpha,i} = \min\Big(\max_{\mathrm{span}} \sup |\partial^\alpha f|,\
+            |\partial^\alpha f(c; Y)| + \sum_j d_{ij} \sup_{\mathrm{home}}
+            |\partial_j \partial^\alpha f| + \sum_j w_{ij} \max_{\mathrm{span}}
+            \sup |\partial_j \partial^\alpha f|\Big),
+
+        where the first two terms of the second bound ``|∂^α f(p̂_i; y_i)|`` (mean-value
+        theorem on the segment from ``c`` to ``p̂_i``, inside the home cell, for every ``y`` in
+        its data interval ``Y``) and the last bounds ``|∂^α f|``'s change over the box. No
+        row has an interval evaluation of its own. Where the home cell's data interval is
+        wide (a continuous ``y``) the bound at the point may exceed what the row's own data
+        give; the rows where that can matter most, weighted as in their constants, are
+        refined one by one (:meth:`_rows_to_refine`, until the rest may add at most
+        :data:`GROUP_SLACK` to each sum), with :math:`|\partial^\alpha f(\hat p_i; y_i)|`
+        enclosed at their own point and data.
+
+        A row whose span has a cell that leaves one of ``f``'s switches undecided or has no
+        finite bound, whose box spans more than :data:`GROUP_MAX_SPAN` steps, or whose data
+        are off the grid is enclosed on its own box, in ``pieces`` parts per axis, with the
+        new cells (:meth:`enclose`).
+        """
+        n_rows = np.shape(centres[0])[0]
+        grid = self._grid(order, centres, widths, data, n_alpha, len(graphs) - n_alpha)
+        if grid is None:
+            return None
+        codes = grid.data_codes(list(data.values()), n_rows)
+        own = codes < 0
+        # the steps each row's box meets along each varying predictor, and its centre's
+        first, count, home = [], [], []
+        for j, shared in enumerate(grid.shared):
+            if shared is not None:
+                own |= (centres[j] != shared[0]) | (widths[j] != shared[1])
+                continue
+            step, c, w = grid.steps[j], centres[j], widths[j]
+            with np.errstate(invalid="ignore", over="ignore"):
+                # widened past the rounding of the quotients: the steps cover the box
+                margin = 2.0**-30 * (1.0 + (np.abs(c) + w) / step)
+                lo = np.floor((c - w) / step - margin)
+                hi = np.floor((c + w) / step + margin)
+                fine = (np.isfinite(lo) & np.isfinite(hi) & (np.abs(lo) < grid.max_step)
+                        & (np.abs(hi) < grid.max_step) & (hi - lo < GROUP_MAX_SPAN))
+                at = np.clip(np.floor(c / step), lo, hi)
+            own |= ~fine
+            first.append(np.where(fine, lo, 0.0).astype(np.int64))
+            count.append(np.where(fine, hi - lo + 1.0, 1.0).astype(np.int64))
+            home.append(np.where(fine, at, 0.0).astype(np.int64))
+        rows = np.flatnonzero(~own)
+        if rows.size < GROUP_MAX_SHARE * n_rows:
+            return None  # most rows have no cells: no work saved
+        codes = codes[rows]
+        first = [lo[rows] for lo in first]
+        count = [n[rows] for n in count]
+        home = [h[rows] for h in home]
+        dims = tuple(int(n.max()) for n in count)
+        offsets = list(np.ndindex(*dims))
+        # each (offset, row)'s cell (the last step spanned past the row's count: a repeat)
+        keys = np.stack([grid.keys(codes, [lo + np.minimum(d, n - 1)
+                                           for lo, n, d in zip(first, count, offset,
+                                                               strict=True)])
+                         for offset in offsets])
+        unique, inverse = np.unique(keys, return_inverse=True)
+        ids, table = grid.lookup(unique)
+        missing = unique[ids < 0]
+        if missing.size > GROUP_MAX_SHARE * n_rows:
+            return None  # the cells would cost about as much as the rows
+        if not grid.prefilled:
+            extra = self._prefill(grid, codes, first, count)
+            if extra is not None:
+                missing = np.union1d(missing, extra)
+        span = np.reshape(inverse, keys.shape)
+        # a row whose span has a known cell with an undecided switch: on its own box
+        known = ids >= 0
+        skip = np.zeros(rows.size, dtype=bool)
+        if known.any():
+            infinite = np.zeros(unique.size, dtype=bool)
+            infinite[known] = ~np.isfinite(table[grid.fields.natural, ids[known]])
+            skip = np.any(infinite[span], axis=0)
+        own[rows[skip]] = True
+        new, own_rows = self._enclose_with(alphas, graphs, n_alpha, grid, missing, own,
+                                           centres, widths, data, pieces)
+        if missing.size:
+            added, table = grid.add(missing, new)
+            ids[ids < 0] = added[np.searchsorted(missing, unique[ids < 0])]
+        span = ids[span]
+        home_ids = (span[np.ravel_multi_index(
+            tuple(h - lo for h, lo in zip(home, first, strict=True)), dims),
+            np.arange(rows.size)] if dims else span[0])
+        best, box, lower, late = self._from_cells(alphas, n_alpha, grid, table, span,
+                                                  home_ids, home, centres, widths, rows)
+        late &= ~skip  # rows whose new cells turned out undecided: on their own box too
+        refine = np.flatnonzero(self._rows_to_refine(best, lower, [w[rows] for w in widths],
+                                                     skip | late))
+        eps = np.finfo(float).eps
+        for start in range(0, refine.size, EVAL_ROWS):
+            sub = refine[start : start + EVAL_ROWS]
+            point = evaluate_intervals(
+                graphs[:n_alpha], {**{p: c[rows[sub]] for p, c in zip(self._predictors,
+                                                                      centres, strict=True)},
+                                   **{v: d[rows[sub]] for v, d in data.items()}})
+            for k, alpha in enumerate(alphas[:n_alpha]):
+                bound = (magnitude(point[k]) + box[alpha][sub]) * (1.0 + 8.0 * eps)
+                best[alpha][sub] = np.minimum(best[alpha][sub], np.nextafter(bound, np.inf))
+        out = {alpha: np.empty(n_rows) for alpha in best}
+        for alpha, value in best.items():
+            out[alpha][rows] = value
+            if own_rows:
+                out[alpha][own] = own_rows[alpha]
+        if late.any():
+            again = np.zeros(n_rows, dtype=bool)
+            again[rows[late]] = True
+            _, values = self._enclose_with(alphas, graphs, n_alpha, grid, missing[:0], again,
+                                           centres, widths, data, pieces)
+            for alpha, value in values.items():
+                out[alpha][again] = value
+        return out
+
+    @staticmethod
+    def _from_cells(alphas, n_alpha, grid, table, span, home_ids, home, centres, widths, rows):
+        """``S_α`` of the rows ``rows`` from their cells (:meth:`suprema`), the
+        change over each row's box, the least each refined bound can be, and the rows with
+        no finite bound from their cells."""
+        fields = grid.fields
+        eps = np.finfo(float).eps
+        # each row's centre less its home cell's (0 along a shared predictor)
+        offset, late = [], np.zeros(rows.size, dtype=bool)
+        varying = iter(home)
+        for j, step in enumerate(grid.steps):
+            if step is None:
+                offset.append(None)
+                continue
+            c = (next(varying) + 0.5) * step
+            t = centres[j][rows] - c
+            # the segment from the home cell's centre stays in it (checked, not assumed)
+            late |= (np.abs(t) * (1.0 + 4.0 * eps)
+                     > 0.5 * step * (1.0 + 2.0**-40) + np.abs(c) * 2.0**-48)
+            offset.append(t)
+        dims = span.shape[0]
+
+        def on_span(field: int) -> np.ndarray:
+            values = table[field]
+            out = values[span[0]]
+            for m in range(1, dims):
+                np.maximum(out, values[span[m]], out=out)
+            return out
+
+        n_beta = len(alphas) - n_alpha
+        slope = {beta: (table[fields.slope + m][home_ids],
+                        table[fields.slope + n_beta + m][home_ids])
+                 for m, beta in enumerate(alphas[n_alpha:])}
+        spread = {beta: on_span(fields.gradient + m)
+                  for m, beta in enumerate(alphas[n_alpha:])}
+        w_rows = [w[rows] for w in widths]
+        best, box, lower = {}, {}, {}
+        for k, alpha in enumerate(alphas[:n_alpha]):
+            natural = on_span(fields.natural + k)
+            lo = table[fields.point + k][home_ids]
+            hi = table[fields.point + n_alpha + k][home_ids]
+            size = np.maximum(np.abs(lo), np.abs(hi))
+            box[alpha] = 0.0
+            with np.errstate(invalid="ignore", over="ignore"):
+                for j, w in enumerate(w_rows):
+                    beta = tuple(a + (i == j) for i, a in enumerate(alpha))
+                    box[alpha] = box[alpha] + w * spread[beta]
+                    if offset[j] is None:
+                        continue
+                    # ∂^α f(p̂) ∈ ∂^α f(c) + (p̂_j − c_j) ∂_j∂^α f(home cell) (centred form)
+                    t = offset[j]
+                    g_lo, g_hi = slope[beta]
+                    lo = lo + np.where(t >= 0.0, t * g_lo, t * g_hi)
+                    hi = hi + np.where(t >= 0.0, t * g_hi, t * g_lo)
+                    size = size + np.abs(t) * np.maximum(np.abs(g_lo), np.abs(g_hi))
+                # outward past the rounding of these few sums and products
+                slack = 8.0 * eps * size + 2.0**-1070
+                lo, hi = lo - slack, hi + slack
+                at_point = np.maximum(np.abs(lo), np.abs(hi))
+                # rounded up: a sum of bounds is a bound in exact arithmetic
+                bound = (at_point + box[alpha]) * (1.0 + 8.0 * eps)
+                best[alpha] = np.minimum(natural, np.nextafter(bound, np.inf))
+                # the least the row's refined bound may be
+                least = np.where((lo > 0.0) | (hi < 0.0), np.minimum(np.abs(lo), np.abs(hi)),
+                                 0.0)
+                lower[alpha] = least + box[alpha]
+            late |= ~np.isfinite(best[alpha])
+        return best, box, lower, late
+
+    def _enclose_with(self, alphas, graphs, n_alpha, grid, cells, own, centres, widths, data,
+                      pieces):
+        """The table rows of the cells ``cells`` and the suprema of the rows ``own`` on
+        their own boxes (``pieces`` parts per axis), in one interval evaluation
+        (:meth:`enclose`): ``S_α`` is the smaller of the natural enclosure and the
+        mean-value form at the row's own point."""
+        at = np.flatnonzero(own)
+        parts = []
+        for start in range(0, cells.size, EVAL_ROWS):
+            groups = [(*grid.hulls(cells[start : start + EVAL_ROWS]), self.pieces)]
+            if at.size and start + EVAL_ROWS >= cells.size:  # the rows with the last part
+                groups.append(([c[at] for c in centres], [w[at] for w in widths],
+                               [d[at] for d in data.values()], pieces))
+            parts.extend(self.enclose(graphs, n_alpha, groups))
+        if at.size and not cells.size:
+            parts.extend(self.enclose(graphs, n_alpha, [([c[at] for c in centres],
+                                                [w[at] for w in widths],
+                                                [d[at] for d in data.values()], pieces)]))
+        table_rows = np.concatenate(
+            [grid.table_rows(*part) for part in parts[: len(parts) - bool(at.size)]]
+            or [np.empty((grid.fields.size, 0))], axis=1)
+        suprema = {}
+        if at.size:
+            sup, _, point = parts[-1]
+            eps = np.finfo(float).eps
+            for k, alpha in enumerate(alphas[:n_alpha]):
+                bound = magnitude(point[k])
+                for j, w in enumerate(widths):
+                    beta = tuple(a + (i == j) for i, a in enumerate(alpha))
+                    bound = bound + w[at] * sup[n_alpha + alphas[n_alpha:].index(beta)]
+                with np.errstate(invalid="ignore", over="ignore"):
+                    bound = np.nextafter(bound * (1.0 + 8.0 * eps), np.inf)
+                    suprema[alpha] = np.where(np.isfinite(sup[k]),
+                                              np.minimum(sup[k], bound), np.inf)
+        return table_rows, suprema
+
+    def enclose(self, graphs: list[Variable], n_alpha: int, groups: list[tuple]) -> list[tuple]:
+        """For each group ``(centres, half-widths, data, pieces)`` of boxes: ``sup |g|`` on
+        each box for every derivative graph (the largest over its ``pieces^K`` parts;
+        infinite where a switch of ``f`` is undecided on a part) and the enclosures of the
+        ``|α| = order + 1`` ones at its centre; the groups' boxes enclosed together (one
+        interval evaluation when they are few: its cost is mostly per op)."""
+        lows = {p: [] for p in self._predictors}
+        highs = {p: [] for p in self._predictors}
+        values = {v: [] for v in self._data}
+        layout = []
+        for centres, halves, data, pieces in groups:
+            n_parts = pieces ** len(self._predictors)
+            n = np.shape(centres[0])[0]
+            for p, (lo, hi) in zip(self._predictors, piece_boxes(centres, halves, pieces),
+                                   strict=True):
+                lows[p].append(lo)
+                highs[p].append(hi)
+            for v, d in zip(self._data, data, strict=True):
+                values[v].append(tuple(np.tile(x, n_parts) for x in d)
+                                 if isinstance(d, tuple) else np.tile(d, n_parts))
+            layout.append((n, n_parts, centres, data))
+        n_boxes = sum(n * m for n, m, _, _ in layout)
+        n_points = sum(n for n, _, _, _ in layout)
+        merged = n_points <= MERGE_ROWS
+        if merged:  # the centres as exact points after the boxes
+            for _, _, centres, data in layout:
+                for p, c in zip(self._predictors, centres, strict=True):
+                    lows[p].append(c)
+                    highs[p].append(c)
+                for v, d in zip(self._data, data, strict=True):
+                    values[v].append(d)
+        boxes = {p: (np.concatenate(lows[p]), np.concatenate(highs[p]))
+                 for p in self._predictors}
+        inputs = {**boxes, **{v: _joined(parts) for v, parts in values.items()}}
+        out = evaluate_intervals(graphs, inputs)
+        total = n_boxes + (n_points if merged else 0)
+        sup = [np.broadcast_to(magnitude(e), (total,)) for e in out]
+        undecided = np.zeros(n_boxes, dtype=bool)
+        if self._conditions:
+            # only where the row reads them: a censored row's log-CDF, not its density
+            box_inputs = {v: (x[0][:n_boxes], x[1][:n_boxes]) if isinstance(x, tuple)
+                          else x[:n_boxes] for v, x in inputs.items()}
+            undecided = np.broadcast_to(undecided_comparisons(self._f, box_inputs,
+                                                              self._conditions), (n_boxes,))
+        if merged:
+            points = [(np.broadcast_to(e[0], (total,))[n_boxes:],
+                       np.broadcast_to(e[1], (total,))[n_boxes:]) for e in out[:n_alpha]]
+        else:
+            point_inputs = {}
+            for p in self._predictors:
+                c = np.concatenate([centres[list(self._predictors).index(p)]
+                                    for _, _, centres, _ in layout])
+                point_inputs[p] = c
+            for v in self._data:
+                k = list(self._data).index(v)
+                point_inputs[v] = _joined([data[k] for _, _, _, data in layout])
+            points = [(np.broadcast_to(e[0], (n_points,)), np.broadcast_to(e[1], (n_points,)))
+                      for e in evaluate_intervals(graphs[:n_alpha], point_inputs)]
+        results = []
+        box_at = point_at = 0
+        for n, m, _, _ in layout:
+            part = slice(box_at, box_at + n * m)
+            bad = undecided[part].reshape(m, n).any(axis=0)
+            group_sup = [np.where(bad, np.inf, s[part].reshape(m, n).max(axis=0)) for s in sup]
+            # the next order's enclosures (not only their magnitudes): the centred form
+            slopes = [(np.where(bad, -np.inf, np.broadcast_to(e[0], (total,))[part]
+                                .reshape(m, n).min(axis=0)),
+                       np.where(bad, np.inf, np.broadcast_to(e[1], (total,))[part]
+                                .reshape(m, n).max(axis=0))) for e in out[n_alpha:]]
+            pts = [(lo[point_at : point_at + n], hi[point_at : point_at + n])
+                   for lo, hi in points]
+            results.append((group_sup, slopes, pts))
+            box_at += n * m
+            point_at += n
+        return results
+
+    @staticmethod
+    def _prefill(grid, codes, first, count) -> np.ndarray | None:
+        """On the grid's first block: the keys of the cells a later block likely needs beyond
+        this one's, along one varying predictor (each data code's steps widened by
+        :data:`GROUP_PREFILL` of their range on each side), or ``None``."""
+        grid.prefilled = True
+        if len(first) != 1:
+            return None
+        n_codes = int(codes.max()) + 1
+        low = np.full(n_codes, np.iinfo(np.int64).max)
+        high = np.full(n_codes, np.iinfo(np.int64).min)
+        np.minimum.at(low, codes, first[0])
+        np.maximum.at(high, codes, first[0] + count[0] - 1)
+        seen = low <= high
+        margin = int(np.ceil(GROUP_PREFILL * (high[seen].max() - low[seen].min()) + 1.0))
+        low = np.maximum(low - margin, -grid.max_step + 1)
+        high = np.minimum(high + margin, grid.max_step - 1)
+        sizes = np.where(seen, high - low + 1, 0)
+        if sizes.sum() > GROUP_MAX_SHARE * codes.size:
+            return None
+        at = np.repeat(np.flatnonzero(seen), sizes[seen])
+        steps = low[at] + np.arange(at.size) - np.repeat(np.cumsum(sizes[seen]) - sizes[seen],
+                                                         sizes[seen])
+        return np.unique(grid.keys(at, [steps]))
+
+    @staticmethod
+    def _rows_to_refine(best, lower, widths, skip) -> np.ndarray:
+        """The rows :meth:`suprema` bounds at their own point: the fewest, by
+        largest weighted gain first, whose refinement leaves each ``α``'s possible gain over
+        the other rows at most :data:`GROUP_SLACK` of ``Σ_i v_i S_i``. A row's possible gain
+        is ``v_i (S_i − L_i)`` with ``L_i`` the least its refined bound can be and
+        ``v_i = Π_j w_ij^{α_j}`` its factor in its constant."""
+        n_rows = np.shape(skip)[0]
+        shares = []
+        for alpha, upper in best.items():
+            weight = np.ones(n_rows)
+            for a, w in zip(alpha, widths, strict=True):
+                if a:
+                    weight = weight * w**a
+            with np.errstate(invalid="ignore"):
+                weight = np.where(skip, 0.0, weight)
+                total = float(np.sum(np.where(skip, 0.0, weight * upper)))
+                gain = np.where(skip, 0.0, weight * np.maximum(upper - lower[alpha], 0.0))
+            shares.append(gain / total if total > 0.0 else np.zeros(n_rows))
+        shares = np.array(shares)
+        if np.all(shares.sum(axis=1) <= GROUP_SLACK):
+            return np.zeros(n_rows, dtype=bool)
+        by_gain = np.argsort(shares.max(axis=0), kind="stable")
+        kept = np.all(np.cumsum(shares[:, by_gain], axis=1) <= GROUP_SLACK, axis=0)
+        n_kept = n_rows if kept.all() else int(np.argmin(kept))
+        refine = np.zeros(n_rows, dtype=bool)
+        refine[by_gain[n_kept:]] = True
+        return refine & ~skip
+
+    def _grid(self, order, centres, widths, data, n_alpha, n_beta) -> CellGrid | None:
+        """The pass's cell grid (made from the first block that asks, kept while the shared
+        predictors keep their values), or ``None`` where there is none."""
+        shared = tuple((float(c[0]), float(w[0])) for c, w in zip(centres, widths, strict=True)
+                       if same_values(c) and same_values(w))
+        key = (order, shared)
+        with self._lock:
+            if key not in self.grids:
+                if len(self.grids) >= 4:  # another pass (another θ): the old cells are done
+                    self.grids.clear()
+                fields = CellFields(0, n_alpha, n_alpha + n_beta, n_alpha + 3 * n_beta,
+                                 3 * n_alpha + 3 * n_beta)
+                self.grids[key] = CellGrid.from_rows(centres, widths, list(data.values()),
+                                                     fields)
+            return self.grids[key]
+
+
+def _joined(parts: list) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """Data values of several groups of boxes in one: arrays, or ``(lo, hi)`` where any
+    group has an interval."""
+    if not any(isinstance(x, tuple) for x in parts):
+        return np.concatenate([np.asarray(x) for x in parts])
+    pairs = [x if isinstance(x, tuple) else (x, x) for x in parts]
+    return (np.concatenate([np.asarray(lo, dtype=np.float64) for lo, _ in pairs]),
+            np.concatenate([np.asarray(hi, dtype=np.float64) for _, hi in pairs]))
