@@ -20,6 +20,7 @@ from scipy.special import expit
 
 import pymc_subsample as pms
 from pymc_subsample.bounds import CrossedBound, CrossedRows, crossed_level_rows, family
+from pymc_subsample.model.levels import SplitRows
 from pymc_subsample.steps.crossed_moves import SecondFactorMoves
 from tests.family_checks import check_posterior
 from tests.make_glm_references import CROSSED_GROUPS, crossed_model
@@ -152,6 +153,24 @@ def test_crossed_coordinates_give_every_rows_displacement(crossed_step):
         got = (first * psi[level] + second * psi[g + level2]
                + dense @ psi[g + coords.n_levels2:])
         np.testing.assert_allclose(got, x.dense() @ (theta - step.theta_hat), atol=1e-10)
+
+
+def test_crossed_coordinates_read_the_second_factor_from_the_pass(crossed_step):
+    """The pass keeps the second factor's columns as each row's level and value: the rows'
+    pieces read from there are those of the dense one-hot block, to the bit."""
+    _, step = crossed_step
+    coords, data_pass = step.second_moves.coords, step._reference_pass
+    _, (piece,) = data_pass.rows(step.theta_hat, np.arange(step.likelihood.n_rows),
+                                 check=False)
+    x = piece[0]
+    assert x.second is not None
+    dense_rows = SplitRows(x.fixed_block(), x.level, x.value, x.layout)
+    for got, want in zip(coords.rows(x), coords.rows(dense_rows), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # a row on a held coordinate (the scales no row reads) is refused either way
+    held = x.fixed.copy()
+    held[0, coords._second_columns(x)[1]] = 1.0
+    assert coords.rows(SplitRows(held, x.level, x.value, x.layout, x.second)) is None
 
 
 def test_step_rates_bound_the_true_remainders(crossed_step):

@@ -6,6 +6,7 @@ import pytest
 
 from pymc_subsample.kernels.gram import (
     SYRK_MIN_COLUMNS,
+    scaled_gram,
     weighted_gram,
     weighted_level_sums,
 )
@@ -44,3 +45,16 @@ def test_weighted_level_sums_is_bincount():
     expected = np.stack([np.bincount(level, w * col, minlength=33) for col in x.T], axis=1)
     np.testing.assert_allclose(weighted_level_sums(level, w, x, 33), expected, rtol=1e-12,
                                atol=1e-12)
+
+
+@pytest.mark.parametrize("d", [3, 40])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_scaled_gram_is_the_product(d, order):
+    rng = np.random.default_rng(d)
+    x = np.asarray(rng.standard_normal((700, d)), order=order)
+    s = rng.random(700) + 0.1
+    expected = x.T @ ((s * s)[:, None] * x)
+    got = scaled_gram(x, s)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+    np.testing.assert_array_equal(got, got.T)
+    assert scaled_gram(x[:0], s[:0]).shape == (d, d)

@@ -23,7 +23,7 @@ import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.kernels.mhss import mhss_accept_levels
-from pymc_subsample.model.levels import LevelPrior, scale_coordinate
+from pymc_subsample.model.levels import LevelPrior, prior_derivatives, scale_coordinate
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
 from pymc_subsample.steps.level_moves import HyperMove
@@ -206,6 +206,40 @@ def test_level_prior_splits_the_prior(levels_model):
     np.testing.assert_allclose(first, (prior.terms(up) - prior.terms(down)) / (2 * h), rtol=1e-6)
     s = np.exp(theta[layout.start - 1])  # u ~ N(0, s): ∂²/∂u² = −1/s²
     np.testing.assert_allclose(second, -1.0 / s**2, rtol=1e-10)
+
+
+@pytest.mark.parametrize("which", ["scale", "whole variables, reordered", "part of one"])
+def test_prior_derivatives_in_a_few_coordinates(levels_model, which):
+    """``(log p0, ∇_H log p0, ∇²_H log p0)`` against differences of ``log p0``: in the value
+    variables when ``H`` is whole variables (any order), over all of ``θ`` when it splits one.
+    The graphs are what is checked: compiled without C code (seconds less a case)."""
+    lik = SubsampledLikelihood(levels_model, compile_kwargs={"mode": "FAST_COMPILE"})
+    layout = GLMPass(lik).levels
+    scale = layout.start - 1  # b (3), log s, u
+    coords = {"scale": [scale], "whole variables, reordered": [scale, 2, 0, 1],
+              "part of one": [1, scale]}[which]
+    rng = np.random.default_rng(3)
+    theta = rng.normal(scale=0.5, size=lik.dim)
+    value, grad, hess = prior_derivatives(lik, np.array(coords))(theta)
+    assert float(value) == pytest.approx(lik.logp0(theta), rel=1e-12)
+    h = 1e-4
+
+    def gradient(at):
+        out = np.empty(len(coords))
+        for p, j in enumerate(coords):
+            up, down = at.copy(), at.copy()
+            up[j] += h
+            down[j] -= h
+            out[p] = (lik.logp0(up) - lik.logp0(down)) / (2 * h)
+        return out
+
+    np.testing.assert_allclose(grad, gradient(theta), rtol=1e-6, atol=1e-6)
+    for p, j in enumerate(coords):
+        up, down = theta.copy(), theta.copy()
+        up[j] += h
+        down[j] -= h
+        np.testing.assert_allclose(hess[:, p], (gradient(up) - gradient(down)) / (2 * h),
+                                   rtol=1e-4, atol=1e-4)
 
 
 def _model_with_level_prior(kind):

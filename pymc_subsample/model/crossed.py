@@ -137,20 +137,49 @@ class CrossedCoordinates:
 
     def rows(self, x: SplitRows) -> tuple[np.ndarray, ...] | None:
         """``(γ, α, k, β, l)`` of split rows (module docstring), or None when a row reads two
-        of the second factor's levels or a held coordinate."""
-        fixed = x.fixed_block()
-        second = fixed[:, self._pos2]
-        if (np.any(np.count_nonzero(second, axis=1) > 1)
-                or np.any(fixed[:, self._pos_held] != 0.0)):
-            return None
-        n = fixed.shape[0]
-        level2 = np.argmax(np.abs(second), axis=1) if self.n_levels2 else np.zeros(n, int)
-        r = second[np.arange(n), level2]
+        of the second factor's levels or a held coordinate.
+
+        When the pass kept this factor's columns as each row's level and value
+        (:class:`~pymc_subsample.model.levels.SecondLevels`) they are read from there: no
+        ``(n, d_F)`` one-hot block is formed (the same numbers, O(n·d_R))."""
+        second = self._second_columns(x)
+        if second is None:
+            fixed = x.fixed_block()
+            block = fixed[:, self._pos2]
+            if (np.any(np.count_nonzero(block, axis=1) > 1)
+                    or np.any(fixed[:, self._pos_held] != 0.0)):
+                return None
+            n = fixed.shape[0]
+            level2 = np.argmax(np.abs(block), axis=1) if self.n_levels2 else np.zeros(n, int)
+            r = block[np.arange(n), level2]
+            rest = fixed[:, self._pos_rest]
+        else:
+            rest_columns, held_columns = second
+            if np.any(x.fixed[:, held_columns] != 0.0):
+                return None
+            r = x.second.value
+            # a row on no level of the factor (r = 0) at level 0, as the one-hot block's argmax
+            level2 = np.where(r != 0.0, x.second.level, 0)
+            rest = x.fixed[:, rest_columns]
         t, level = x.value, x.level
-        g = (fixed[:, self._pos_rest] - (t / self._d1[level])[:, None] * self._c1[level]
+        g = (rest - (t / self._d1[level])[:, None] * self._c1[level]
              - (r / self._d2[level2])[:, None] * self._c2[level2])
         return (g @ self._k_inv_t, t / self._sqrt_d1[level], level, r / self._sqrt_d2[level2],
                 level2)
+
+    def _second_columns(self, x: SplitRows) -> tuple[np.ndarray, np.ndarray] | None:
+        """Where ``R``'s and the held coordinates' columns are in ``x.fixed`` when ``x`` keeps
+        this factor's columns apart (``x.second``, the same positions of the fixed block),
+        else None."""
+        sec = x.second
+        if sec is None or not np.array_equal(
+                np.arange(sec.columns.start, sec.columns.stop), self._pos2):
+            return None
+        # x.fixed is the fixed block without the columns sec.columns
+        def inside(pos: np.ndarray) -> np.ndarray:
+            return np.where(pos < sec.columns.start, pos, pos - sec.n_levels)
+
+        return inside(self._pos_rest), inside(self._pos_held)
 
 
 def splits_one_predictor(data_pass) -> bool:

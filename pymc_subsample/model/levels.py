@@ -48,10 +48,10 @@ __all__ = [
     "LevelPrior",
     "SecondLevels",
     "SplitRows",
+    "bilinear_form",
     "find_level_factor",
     "find_level_factors",
     "prior_derivatives",
-    "quadratic_form",
     "reads_levels",
     "scale_coordinate",
 ]
@@ -272,16 +272,10 @@ class LevelHessian:
         out[lay.fixed] = self.coupling.T @ v_level + self.block @ v_fixed
         return out
 
-    def quadratic_form(self, v: np.ndarray) -> float:
-        """``vᵀHv``."""
-        return float(np.asarray(v) @ (self @ v))
 
-
-def quadratic_form(h, v: np.ndarray) -> float:
-    """``vᵀHv`` of a dense matrix or a :class:`LevelHessian`."""
-    if isinstance(h, LevelHessian):
-        return h.quadratic_form(v)
-    return float(v @ h @ v)
+def bilinear_form(h, u: np.ndarray, v: np.ndarray) -> float:
+    """``uᵀHv`` of a dense matrix or a :class:`LevelHessian` (one product with ``H``)."""
+    return float(np.asarray(u, dtype=np.float64) @ (h @ np.asarray(v, dtype=np.float64)))
 
 
 def _theta_slice(var: Variable, theta: Variable) -> tuple[int, int] | None:
@@ -405,13 +399,18 @@ class LevelPrior:
         others = [rv for rv in model.free_RVs if rv is not level_rv] + list(model.potentials)
         (term,) = model.logp(vars=[level_rv], sum=False)
         rest = model.logp(vars=others, sum=True) if others else pt.constant(0.0)
-        term, rest = lik.in_theta([pt.cast(term, "float64"), pt.cast(rest, "float64")])
+        term = pt.cast(term, "float64")
+        # derivatives in the levels' own value variable, not in all of θ: PyTensor's rewrites
+        # of a gradient over every coordinate cost seconds a compile with thousands of levels
+        first = pytensor.grad(term.sum(), level_value)
+        second = pytensor.grad(first.sum(), level_value)
+        term, rest, first, second = lik.in_theta(
+            [term, pt.cast(rest, "float64"), pt.cast(first, "float64"),
+             pt.cast(second, "float64")])
         if reads_levels(rest, lik.theta, layout):
             return None
         if not _elementwise_in(term, lik._value_to_theta[level_value]):
             return None
-        first = pytensor.grad(term.sum(), lik.theta)[layout.start : layout.stop]
-        second = pytensor.grad(first.sum(), lik.theta)[layout.start : layout.stop]
         prior = cls(layout, lik.compile([lik.theta], term),
                     lik.compile([lik.theta], [first, second]))
         # the split must add up to the prior the step uses
@@ -435,11 +434,47 @@ class LevelPrior:
 
 def prior_derivatives(lik, coordinates: np.ndarray):
     """``θ ↦ (log p0(θ), ∇_H log p0(θ), ∇²_H log p0(θ))`` for the coordinates ``H`` of
-    ``θ``, compiled (to C: the level moves call it every iteration)."""
+    ``θ``, compiled (to C: the level moves call it every iteration).
+
+    When ``H`` is made of whole variables (the group scales) the derivatives are taken in
+    their value variables, so the graph holds only the prior terms that read them; a gradient
+    over all of ``θ`` (thousands of levels) cost PyTensor's rewrites 20 s to compile on the
+    crossed flights model."""
     idx = [int(j) for j in coordinates]
-    grad = pytensor.grad(lik.logp0_graph, lik.theta, disconnected_inputs="ignore")
-    rows = [pytensor.grad(grad[j], lik.theta, disconnected_inputs="ignore")[idx] for j in idx]
-    return lik.compile([lik.theta], [lik.logp0_graph, grad[idx], pt.stack(rows)])
+    wrt, order = _whole_variables(lik, idx)
+    if wrt is None:
+        grad = pytensor.grad(lik.logp0_graph, lik.theta, disconnected_inputs="ignore")
+        rows = [pytensor.grad(grad[j], lik.theta, disconnected_inputs="ignore")[idx]
+                for j in idx]
+        return lik.compile([lik.theta], [lik.logp0_graph, grad[idx], pt.stack(rows)])
+
+    def flat(graph) -> Variable:
+        """The gradient of ``graph`` in ``wrt``, raveled in ``H``'s order."""
+        parts = pytensor.grad(graph, wrt, disconnected_inputs="ignore")
+        return pt.concatenate([pt.cast(p, "float64").ravel() for p in parts])[order]
+
+    grad = flat(lik.logp0_values)
+    hess = pt.stack([flat(grad[j]) for j in range(len(idx))])
+    grad, hess = lik.in_theta([grad, hess])
+    return lik.compile([lik.theta], [lik.logp0_graph, grad, hess])
+
+
+def _whole_variables(lik, idx: list[int]) -> tuple[list[Variable] | None, np.ndarray]:
+    """The value variables whose coordinates are exactly ``idx`` (in ``θ``'s order), and the
+    positions of ``idx``'s coordinates in their raveled concatenation; None when ``idx``
+    splits a variable."""
+    wanted, wrt, covered, offset = set(idx), [], [], 0
+    for value, (_, shape) in zip(lik.value_vars, lik._ravel_info, strict=True):
+        span = range(offset, offset + int(np.prod(shape, dtype=int)))
+        offset = span.stop
+        inside = [j for j in span if j in wanted]
+        if inside and len(inside) < len(span):
+            return None, np.empty(0, dtype=np.int64)
+        if inside:
+            wrt.append(value)
+            covered.extend(span)
+    position = {j: p for p, j in enumerate(covered)}
+    return (wrt or None), np.array([position[j] for j in idx], dtype=np.int64)
 
 
 def scale_coordinate(lik, layout: LevelLayout, hyper: np.ndarray) -> int | str:

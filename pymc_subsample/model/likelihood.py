@@ -241,6 +241,9 @@ class SubsampledLikelihood:
             piece = self.theta[start : start + size].reshape(shape).astype(var.dtype)
             self._value_to_theta[var] = piece
             start += size
+        #: ``log p0`` as a graph of the model's value variables (derivatives in a few of
+        #: them: :func:`~pymc_subsample.model.levels.prior_derivatives`)
+        self.logp0_values = logp0
         self.terms, self.logp0_graph = self.in_theta([terms, logp0])
         #: per observed variable (in :attr:`blocks` order), its untempered row terms on ``idx``
         #: as graphs of ``θ``

@@ -42,12 +42,13 @@ _PRIVATE = frozenset({"reference_pass", "adapter", "tuner", "pymc_default_start"
 
 class Move(NamedTuple):
     """One proposed move, as ``_decide`` reads it: ``θ → θ'``, the same points ``φ``, ``φ'``
-    in the whitened frame, and ``log_rest = log p0(θ') − log p0(θ) + log q ratio``."""
+    in the whitened frame (None where the step's rates read points of their own: MHSS's
+    level moves), and ``log_rest = log p0(θ') − log p0(θ) + log q ratio``."""
 
     theta: np.ndarray
     theta_new: np.ndarray
-    phi: np.ndarray
-    phi_new: np.ndarray
+    phi: np.ndarray | None
+    phi_new: np.ndarray | None
     log_rest: float
 
 

@@ -33,8 +33,10 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+import scipy.linalg
 
 from pymc_subsample.bounds import LevelBound, LevelRows
+from pymc_subsample.kernels.gram import scaled_gram
 from pymc_subsample.kernels.mhss import LevelsInfo, mhss_accept_levels
 from pymc_subsample.model.frame import LevelFrame
 from pymc_subsample.model.levels import (
@@ -50,6 +52,7 @@ __all__ = [
     "CollapsedFixedProposal",
     "HyperMove",
     "LevelMoves",
+    "LevelShear",
     "LevelStructure",
     "LevelSweep",
     "ScaleMove",
@@ -384,6 +387,22 @@ class ScaleMove:
         self.step_size *= math.exp(gain * (float(accepted) - SCALE_TARGET_ACCEPT))
 
 
+class LevelShear:
+    """``D_s^{-1}C`` (levels × the fixed block's moved coordinates) as products with vectors,
+    not formed: each O(G·d_b), and no ``G × d_b`` array an iteration."""
+
+    def __init__(self, coupling: np.ndarray, diag: np.ndarray) -> None:
+        self._coupling, self._diag = coupling, diag
+
+    def __matmul__(self, v: np.ndarray) -> np.ndarray:
+        """``D_s^{-1}Cv``."""
+        return (self._coupling @ v) / self._diag
+
+    def rmatvec(self, w: np.ndarray) -> np.ndarray:
+        """``(D_s^{-1}C)ᵀw``."""
+        return self._coupling.T @ (w / self._diag)
+
+
 class CollapsedFixedProposal:
     r"""The proposal of the fixed block's move with level moves: pCN on the coordinates ``b``
     that rows read (the hyperparameters ``H`` held), the levels carried along with their
@@ -447,7 +466,8 @@ class CollapsedFixedProposal:
         # data: −H's level diagonal, coupling (levels × b) and b block; b's prior at θ̂ (its
         # curvature from the frame's precision minus the data's)
         self._data_diag = -hess_sum.diag
-        self._coupling = -hess_sum.coupling[:, moved]
+        # Fortran order: the Schur complement's symmetric product reads it without a copy
+        self._coupling = np.asfortranarray(-hess_sum.coupling[:, moved])
         block = np.ix_(moved, moved)
         self._block = frame.precision.block[block]  # data and prior
         self._r_levels_data = grad[self._levels]
@@ -468,8 +488,8 @@ class CollapsedFixedProposal:
     def parameter(self, value: float) -> None:
         self.rho = checked_rho(value)
 
-    def gaussian(self, theta: np.ndarray):
-        """``(D_s, C/D_s, r_L/D_s, b̄, L_S)`` of the Gaussian given ``θ_H``, or None."""
+    def gaussian(self, theta: np.ndarray) -> tuple[LevelShear, np.ndarray, np.ndarray] | None:
+        """``(D_s^{-1}C, b̄, L_S)`` of the Gaussian given ``θ_H``, or None."""
         at = self._theta_hat.copy()
         hyper = np.ones(self.dim, dtype=bool)
         hyper[self._levels] = False
@@ -480,16 +500,17 @@ class CollapsedFixedProposal:
         if not (np.all(diag > 0.0) and np.all(np.isfinite(diag)) and np.all(np.isfinite(p1))):
             return None
         r_levels = self._r_levels_data + p1
-        shear = self._coupling / diag[:, None]
-        schur = self._block - self._coupling.T @ shear
+        shear = LevelShear(self._coupling, diag)
+        schur = self._block - scaled_gram(self._coupling, 1.0 / np.sqrt(diag))
         try:
             chol = np.linalg.cholesky(schur)
         except np.linalg.LinAlgError:
             return None
-        mean = np.linalg.solve(schur, self._r_moved - shear.T @ r_levels)
+        mean = scipy.linalg.cho_solve((chol, True), self._r_moved - shear.rmatvec(r_levels),
+                                      check_finite=False)
         return shear, mean, chol
 
-    def cubic_shift(self, theta: np.ndarray, shear: np.ndarray, mean: np.ndarray,
+    def cubic_shift(self, theta: np.ndarray, shear: LevelShear, mean: np.ndarray,
                     chol: np.ndarray) -> np.ndarray:
         """``S^{-1}g``: the Newton step of the rows' cubic on the proposal's mean (class
         docstring), a function of the held ``v`` and ``θ_H`` only."""
@@ -497,8 +518,8 @@ class CollapsedFixedProposal:
         delta = theta[self._moved] - self._theta_hat[self._moved]
         c = theta[self._levels] - self._theta_hat[self._levels] + shear @ (delta - mean)
         c2 = c * c
-        grad = 0.5 * (v_sum.T @ c2 - shear.T @ (t_sum * c2))
-        shift = np.linalg.solve(chol.T, np.linalg.solve(chol, grad))
+        grad = 0.5 * (v_sum.T @ c2 - shear.rmatvec(t_sum * c2))
+        shift = scipy.linalg.cho_solve((chol, True), grad, check_finite=False)
         return np.where(np.isfinite(shift), shift, 0.0)
 
     def propose(self, rng: np.random.Generator, phi: np.ndarray) -> tuple[np.ndarray, float]:
@@ -514,7 +535,8 @@ class CollapsedFixedProposal:
         if self._third is not None:
             mean = mean + self.cubic_shift(theta, shear, mean, chol)
         u = delta - mean
-        u_new = self.rho * u + math.sqrt(1.0 - self.rho**2) * np.linalg.solve(chol.T, z)
+        u_new = self.rho * u + math.sqrt(1.0 - self.rho**2) * scipy.linalg.solve_triangular(
+            chol, z, lower=True, trans="T", check_finite=False)
         theta_new = theta.copy()
         theta_new[self._moved] = self._theta_hat[self._moved] + mean + u_new
         theta_new[self._levels] = theta[self._levels] - shear @ (u_new - u)

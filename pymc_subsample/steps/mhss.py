@@ -373,8 +373,8 @@ class MHSS(SubsamplingStep):
         if not np.isfinite(log_rest):
             self._non_finite = True
             log_rest = -np.inf if np.isnan(log_rest) else log_rest
-        return self._mhss_info(Move(theta, theta_new, self.frame.whiten(theta),
-                                    self.frame.whiten(theta_new), log_rest))
+        # no φ: with level moves the rates read the rows' own points (_thinning_rates)
+        return self._mhss_info(Move(theta, theta_new, None, None, log_rest))
 
     def _reset_fallback_count(self) -> None:
         self.draws_after_tuning = self.fallbacks_after_tuning = 0
