@@ -6,9 +6,9 @@ GLM pass (the sums alone, and the sums with the order-2 row constants) alternate
 (the machine may be shared). It also gives, on one thread, the share of the pass's CPU time
 spent inside the compiled PyTensor function: PyTensor's C code holds Python's GIL, so that
 share runs on one core at a time whatever the threads, and bounds the speed-up of two
-threads at ``1 / max(share, 1/2)``. The same for the pass compiled in PyTensor's NumPy mode
-(each node one NumPy call, which releases the GIL; what passes use up to
-``NUMPY_PASS_ROWS``), for comparison, and whether each holds the GIL: a probe thread sleeps
+threads at ``1 / max(share, 1/2)``. The same for the pass in PyTensor's NumPy mode (each
+node one NumPy call, which releases the GIL; a GLM's default pass whatever ``N``,
+``GLMPass.gil_free_pass``), for comparison, and whether each holds the GIL: a probe thread sleeps
 0.2 ms at a time and needs the GIL to wake; a call of the compiled function that holds it has
 long stretches without a wake-up, whatever the load (which only stretches the times). Last,
 the whole ``pms.MHSS()`` setup on one thread and on two.
@@ -27,10 +27,10 @@ import time
 import warnings
 
 import numpy as np
+from pytensor.compile.mode import get_mode
 
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model
-from pymc_subsample.model import likelihood as likelihood_module
 from pymc_subsample.model.cluster import THREADS_VARIABLE
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
@@ -110,12 +110,11 @@ def main(argv=None) -> None:
     model = glm_model(*glm_data(n, 10, "logistic", seed=1), "logistic")
     theta = np.full(10, 0.01)
     passes = {}
-    default_rows = likelihood_module.NUMPY_PASS_ROWS
-    for mode, rows in (("C", default_rows), ("NumPy mode", 10**12)):
-        likelihood_module.NUMPY_PASS_ROWS = rows
-        passes[mode] = GLMPass(SubsampledLikelihood(model))
+    # the C pass: compiled in the mode of the package's C functions, chosen as a user would
+    c_mode = {"mode": get_mode(None).excluding("BlasOpt")}
+    for mode, kwargs in (("C", c_mode), ("NumPy mode", {})):
+        passes[mode] = GLMPass(SubsampledLikelihood(model, compile_kwargs=kwargs))
         passes[mode].full(theta)  # the first pass also checks the family against the model
-    likelihood_module.NUMPY_PASS_ROWS = default_rows
     rows = np.arange(min(n, 10**6), dtype=np.int64)
     for mode, data_pass in passes.items():
         wakes, longest = _probe(lambda p=data_pass: p._fn(theta, rows))

@@ -1,6 +1,8 @@
 """Setup functions that skip C compilation (issue 29, cold start): the data passes and the
-prior's gradient run as NumPy calls up to NUMPY_PASS_ROWS rows, give the same values as the
-compiled C functions, and pickle (spawned workers, Dask clusters)."""
+prior's gradient run as NumPy calls up to NUMPY_PASS_ROWS rows (a GLM's pass whatever N:
+issue 31, its threads), give the same values as the compiled C functions, and pickle (spawned
+workers, Dask clusters); the NumPy mode's row gathering and matrix–vector ops are NumPy's
+indexing and product."""
 
 import cloudpickle
 import numpy as np
@@ -44,6 +46,7 @@ def test_passes_run_in_numpy_and_match_the_compiled_ones(monkeypatch, glm):
     assert all(node.op.nfunc_spec is not None for node in fn.maker.fgraph.apply_nodes
                if isinstance(node.op, Elemwise))
     monkeypatch.setattr(likelihood_module, "NUMPY_PASS_ROWS", 0)
+    monkeypatch.setattr(GLMPass, "gil_free_pass", False)
     c_lik = SubsampledLikelihood(model)
     c_pass = make(c_lik)
     assert _uses_c(c_pass._fn)
@@ -121,6 +124,7 @@ def test_the_family_check_is_numpy_calls_beside_a_compiled_pass(monkeypatch):
     from pymc_subsample.errors import SubsamplingModelError
 
     monkeypatch.setattr(likelihood_module, "NUMPY_PASS_ROWS", 0)
+    monkeypatch.setattr(GLMPass, "gil_free_pass", False)  # a family whose pass is C code
     lik = SubsampledLikelihood(_model(3000, normal=False))
     data_pass = GLMPass(lik)
     assert _uses_c(data_pass._fn)
@@ -166,3 +170,45 @@ def test_the_family_check_reads_each_row_once(monkeypatch):
     data_pass.full(theta)
     data_pass.full(theta, idx_chunks=chunks)
     assert sum(checked) == 1100 + lik.n_rows
+
+
+def test_a_glm_pass_runs_in_numpy_whatever_n(monkeypatch):
+    """Above NUMPY_PASS_ROWS too, with its rows gathered by TakeRows and η = Xθ by MatVec."""
+    from pymc_subsample.model.numpy_pass_ops import MatVec, TakeRows
+
+    monkeypatch.setattr(likelihood_module, "NUMPY_PASS_ROWS", 0)
+    data_pass = GLMPass(SubsampledLikelihood(_model(normal=False)))
+    fn = getattr(data_pass._fn, "fn", data_pass._fn)
+    assert not _uses_c(fn)
+    ops = {type(node.op) for node in fn.maker.fgraph.apply_nodes}
+    assert {TakeRows, MatVec} <= ops
+
+
+@pytest.mark.parametrize("idx", [
+    np.arange(5, 25), np.arange(0, 40), np.array([7]), np.array([], dtype=np.int64),
+    np.array([3, 4, 6, 7]), np.array([3, 2, 1]), np.array([-3, -2, -1]), np.array([-1, 0]),
+    np.array([38, 39, 40]), np.array([5, 5, 6]), np.array([4, 6, 6]),
+])
+def test_take_rows_and_mat_vec_are_numpys(idx):
+    """Consecutive blocks, gaps, repeats, reversed and negative indices: the same rows (a new
+    array, never a view), and out-of-range indices raise as NumPy's indexing does."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    from pymc_subsample.model.likelihood import _NUMPY_MODE
+    from pymc_subsample.model.numpy_pass_ops import MatVec, TakeRows
+
+    x = np.random.default_rng(1).normal(size=(40, 3))
+    theta = np.array([0.5, -1.0, 2.0])
+    xs, rows, th = pt.matrix("x"), pt.vector("idx", dtype="int64"), pt.vector("theta")
+    fn = pytensor.function([xs, rows, th], [xs[rows], xs[rows] @ th], mode=_NUMPY_MODE)
+    assert {TakeRows, MatVec} <= {type(node.op) for node in fn.maker.fgraph.apply_nodes}
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.max() >= len(x) or idx.min() < -len(x)):
+        with pytest.raises(IndexError):
+            fn(x, idx, theta)
+        return
+    taken, product = fn(x, idx, theta)
+    np.testing.assert_array_equal(taken, x[idx])
+    assert not np.shares_memory(taken, x)
+    np.testing.assert_allclose(product, x[idx] @ theta, rtol=1e-15, atol=1e-15)

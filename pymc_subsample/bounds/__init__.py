@@ -64,6 +64,7 @@ from pymc_subsample.bounds.crossed import CrossedBound, CrossedRows, crossed_lev
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
+    autodiff_row_terms,
     combine_multi_partials,
     combine_partials,
     combine_predictor_partials,
@@ -73,6 +74,7 @@ from pymc_subsample.bounds.family import (
     row_cosines,
     row_norms,
     scalar_op,
+    upper_pairs,
 )
 from pymc_subsample.bounds.levels import (
     LevelBound,
@@ -113,6 +115,7 @@ __all__ = [
     "LevelRates",
     "LevelRows",
     "LocationScaleFamily",
+    "autodiff_row_terms",
     "SharedScaleBound",
     "SharedScaleRates",
     "SharedScaleRows",
@@ -137,6 +140,7 @@ __all__ = [
     "row_norms",
     "scalar_op",
     "shared_scale_rows",
+    "upper_pairs",
     "student_t_nu_suprema",
     "student_t_scale_row_constants",
 ]

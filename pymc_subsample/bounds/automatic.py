@@ -46,7 +46,7 @@ from pytensor.scalar import basic as ps
 from pytensor.tensor.elemwise import Elemwise
 
 from pymc_subsample.bounds.cell_suprema import EVAL_ROWS, CellSuprema
-from pymc_subsample.bounds.family import multi_indices
+from pymc_subsample.bounds.family import autodiff_row_terms, multi_indices
 from pymc_subsample.bounds.interval import (
     check_rules,
     evaluate_intervals,
@@ -128,7 +128,8 @@ class AutomaticFamily:
 
     It has the interface the location–scale pass uses for a
     :class:`~pymc_subsample.bounds.family.LocationScaleFamily` (:meth:`row_logp`,
-    :meth:`all_suprema`, :attr:`n_predictors`, :attr:`name`, :attr:`description`).
+    :meth:`row_terms`, :meth:`all_suprema`, :attr:`n_predictors`, :attr:`name`,
+    :attr:`description`).
 
     Parameters
     ----------
@@ -227,6 +228,13 @@ class AutomaticFamily:
         replace = dict(zip(self._predictors, predictors, strict=True))
         replace.update(zip(self._data, params, strict=True))
         return graph_replace(self._f, replace, strict=False)
+
+    def row_terms(self, predictors: Sequence[Variable], y: Variable,
+                  params: Sequence[Variable]
+                  ) -> tuple[Variable, tuple[Variable, ...], tuple[Variable, ...]]:
+        """``f`` with its gradient and Hessian in the predictors, by autodiff
+        (:func:`~pymc_subsample.bounds.family.autodiff_row_terms`)."""
+        return autodiff_row_terms(self.row_logp, tuple(predictors), y, tuple(params))
 
     def _partial(self, alpha: tuple[int, ...]) -> Variable:
         """``∂^α f`` per row (cached): the gradient of the row sum of one derivative fewer."""

@@ -31,6 +31,7 @@ from typing import ClassVar
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace
 
 from pymc_subsample.bounds.remainder import angle_factor, check_order
 from pymc_subsample.links import scalar_op
@@ -38,6 +39,7 @@ from pymc_subsample.links import scalar_op
 __all__ = [
     "Family",
     "LocationScaleFamily",
+    "autodiff_row_terms",
     "combine_multi_partials",
     "combine_partials",
     "combine_predictor_partials",
@@ -47,6 +49,7 @@ __all__ = [
     "register",
     "registered",
     "scalar_op",
+    "upper_pairs",
 ]
 
 
@@ -271,6 +274,16 @@ class LocationScaleFamily:
         pass shares with :class:`~pymc_subsample.bounds.automatic.AutomaticFamily`)."""
         return self.logp(predictors[0], predictors[1], y, *params, *predictors[2:])
 
+    def row_terms(self, predictors: tuple[Variable, ...], y: Variable,
+                  params: tuple[Variable, ...]
+                  ) -> tuple[Variable, tuple[Variable, ...], tuple[Variable, ...]]:
+        """``f``, its gradient ``(f_1, ..., f_K)`` and Hessian ``(f_11, f_12, ..., f_KK)``
+        (upper triangle row by row, :func:`upper_pairs`) in the predictors, per row, as
+        PyTensor graphs of float64 predictor vectors (the location–scale pass and the control
+        variates). By default :func:`autodiff_row_terms` of :meth:`row_logp`; a family with
+        closed forms gives smaller graphs, faster to rewrite and compile."""
+        return autodiff_row_terms(self.row_logp, predictors, y, params)
+
     def suprema(
         self,
         order: int,
@@ -331,6 +344,30 @@ class LocationScaleFamily:
         extra = tuple(zip(norms[2:], hats[2:], strict=True))
         return self.suprema(order, norms[0], norms[1], y, hats[0], hats[1], radius, *params,
                             **({"extra": extra} if extra else {}))
+
+
+def upper_pairs(n_predictors: int) -> list[tuple[int, int]]:
+    """``(j, k)``, ``j ≤ k``, in the order of :meth:`LocationScaleFamily.row_terms`'s
+    Hessian."""
+    return [(j, k) for j in range(n_predictors) for k in range(j, n_predictors)]
+
+
+def autodiff_row_terms(
+    row_logp, predictors: tuple[Variable, ...], y: Variable, params: tuple[Variable, ...]
+) -> tuple[Variable, tuple[Variable, ...], tuple[Variable, ...]]:
+    """:meth:`LocationScaleFamily.row_terms` by reverse-mode autodiff of
+    ``row_logp(predictors, y, params)``, a row log-density.
+
+    Each row's ``f`` depends on its own predictors only, so the gradient of ``Σ f`` in the
+    vector of first predictors is the per-row ``f_1``, and so on.
+    """
+    ps = [pt.vector(f"predictor_{j}", dtype="float64") for j in range(len(predictors))]
+    f = row_logp(tuple(ps), y, params)
+    grad = pt.grad(f.sum(), ps, disconnected_inputs="ignore")
+    hess = [pt.grad(grad[j].sum(), ps[k], disconnected_inputs="ignore")
+            for j, k in upper_pairs(len(ps))]
+    out = graph_replace([f, *grad, *hess], dict(zip(ps, predictors, strict=True)), strict=False)
+    return out[0], tuple(out[1 : 1 + len(ps)]), tuple(out[1 + len(ps) :])
 
 
 def combine_predictor_partials(

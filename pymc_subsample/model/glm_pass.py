@@ -86,6 +86,12 @@ class GLMPass:
     #: the closed-form constants cost little beside the pass
     #: (:class:`~pymc_subsample.model.data_pass.DataPass`)
     speculative_constants = True
+    #: compile the pass as NumPy calls whatever ``N`` where every elementwise op has a ufunc
+    #: (:meth:`SubsampledLikelihood.compile` with ``gil_free``): a GLM's pass then costs the
+    #: CPU time of its C code on one thread (0.79 CPU s both at 10⁷ logistic rows, d = 10,
+    #: ``docs/benchmarks.md``) and releases Python's GIL, which the C code holds, so its
+    #: threads overlap
+    gil_free_pass = True
 
     def __init__(self, lik: SubsampledLikelihood, terms: list[GLMTerm] | None = None) -> None:
         self.lik = lik
@@ -110,7 +116,10 @@ class GLMPass:
         family's sum first); and the check's, per observed variable the model's own ``Σ ℓ_i``
         on the rows ``idx`` (:meth:`rows` with ``check``).
 
-        The check's function is compiled apart, as NumPy calls where every elementwise op has
+        The pass function is NumPy calls where :attr:`gil_free_pass` allows it, else compiled
+        as a setup function (NumPy calls up to
+        :data:`~pymc_subsample.model.likelihood.NUMPY_PASS_ROWS` rows, C code above). The
+        check's function is compiled apart, as NumPy calls where every elementwise op has
         a ufunc (``gil_free``): those release Python's GIL, so on the pass's threads it runs
         beside the compiled pass of another block, where in the pass's C code (a lazy branch)
         it held the GIL, about half of the first full pass's time in the compiled function
@@ -122,7 +131,8 @@ class GLMPass:
             term_outputs = self._term_outputs(term)
             outputs += term_outputs
             self._widths.append(len(term_outputs))
-        self._fn = lik.compile([lik.theta, lik.idx], outputs, setup=True)
+        self._fn = lik.compile([lik.theta, lik.idx], outputs, setup=True,
+                               gil_free=self.gil_free_pass)
         self._check_fn = lik.compile(
             [lik.theta, lik.idx],
             [pt.cast(model_terms, "float64").sum() for model_terms in lik.block_terms],

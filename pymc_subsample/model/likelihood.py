@@ -43,6 +43,7 @@ from pytensor.tensor.extra_ops import broadcast_shape
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.cluster import SETUP_CHUNK_ROWS, GatheringFunction, map_row_blocks
 from pymc_subsample.model.data import RowSource
+from pymc_subsample.model.numpy_pass_ops import matrix_vector, take_rows
 from pymc_subsample.model.rebuild import ObservedBlock, rebuild_on_index
 from pymc_subsample.model.row_checks import (
     check_free_variables,
@@ -99,9 +100,13 @@ def _as_ufuncs(fgraph, node):
 optdb.register("pymc_subsample_ufuncs",
                in2out(_binary_sums_and_products, _as_ufuncs, name="numpy_ufuncs"),
                "numpy_ufuncs", position=100)
+# and a block's rows gathered as a slice's copy, a matrix times a vector as one product
+# (model/numpy_pass_ops.py: a quarter of a logistic pass's time, d = 10)
+optdb.register("pymc_subsample_rows", in2out(take_rows, matrix_vector, name="numpy_rows"),
+               "numpy_rows", position=100.5)
 # a mode by name, not by rewriter objects: functions compiled in it pickle (spawned workers,
 # Dask clusters)
-_NUMPY_MODE = get_mode("FAST_COMPILE").including("numpy_ufuncs")
+_NUMPY_MODE = get_mode("FAST_COMPILE").including("numpy_ufuncs", "numpy_rows")
 
 #: The mode of small per-iteration functions (``ufuncs=True`` in
 #: :meth:`SubsampledLikelihood.compile`): ``FAST_RUN``'s rewrites except the C-only ones

@@ -17,9 +17,8 @@ from typing import ClassVar
 
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
-from pytensor.graph.replace import graph_replace
 
-from pymc_subsample.bounds import LocationScaleFamily, location_scale_families
+from pymc_subsample.bounds import LocationScaleFamily, location_scale_families, upper_pairs
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.glm import (
     depends_on_parameters,
@@ -170,21 +169,14 @@ def location_scale_terms(
 ) -> tuple[Variable, tuple[Variable, ...], tuple[Variable, ...]]:
     """``f``, its gradient ``(f_1, ..., f_K)`` and Hessian ``(f_11, f_12, ..., f_1K, f_22,
     ..., f_KK)`` (upper triangle, row by row) in the predictors, per row, as float64 graphs of
-    given predictor values.
-
-    The family's row log-density (:meth:`~pymc_subsample.bounds.LocationScaleFamily.logp`)
-    differentiated elementwise: each row's ``f`` depends on its own predictors only, so the
-    gradient of ``Σ f`` in the vector of first predictors is the per-row ``f_1``, and so on.
+    given predictor values: the family's
+    :meth:`~pymc_subsample.bounds.LocationScaleFamily.row_terms` (closed forms, or autodiff of
+    its row log-density), each broadcast to the rows.
     """
-    ps = [pt.vector(f"predictor_{j}", dtype="float64") for j in range(len(predictors))]
-    f = location_scale_logp(term, *ps)
-    grad = pt.grad(f.sum(), ps, disconnected_inputs="ignore")
-    hess = [pt.grad(grad[j].sum(), ps[k], disconnected_inputs="ignore")
-            for j, k in upper_pairs(len(ps))]
-    out = graph_replace([f, *grad, *hess],
-                        {p: pt.cast(v, "float64") for p, v in zip(ps, predictors, strict=True)},
-                        strict=False)
-    return out[0], tuple(out[1 : 1 + len(ps)]), tuple(out[1 + len(ps) :])
+    ps = tuple(pt.cast(p, "float64") for p in predictors)
+    f, grad, hess = term.family.row_terms(ps, pt.cast(term.y, "float64"), tuple(term.params))
+    f, *rest = (pt.cast(pt.broadcast_to(v, ps[0].shape), "float64") for v in (f, *grad, *hess))
+    return f, tuple(rest[: len(ps)]), tuple(rest[len(ps) :])
 
 
 def location_scale_logp(term: LocationScaleTerm, *predictors: Variable) -> Variable:
@@ -194,8 +186,3 @@ def location_scale_logp(term: LocationScaleTerm, *predictors: Variable) -> Varia
     ps = tuple(pt.cast(p, "float64") for p in predictors)
     f = term.family.row_logp(ps, pt.cast(term.y, "float64"), tuple(term.params))
     return pt.cast(pt.broadcast_to(f, ps[0].shape), "float64")
-
-
-def upper_pairs(n_predictors: int) -> list[tuple[int, int]]:
-    """``(j, k)``, ``j ≤ k``, in the order of :func:`location_scale_terms`'s Hessian."""
-    return [(j, k) for j in range(n_predictors) for k in range(j, n_predictors)]
