@@ -402,7 +402,7 @@ AUTOMATIC: tuple[str, ...] = (
     "weibull", "censored_weibull_right", "censored_exponential_right", "zero_inflated_poisson",
     "hurdle_lognormal", "normal_mixture", "ordered_logistic", "censored_normal_both",
     "categorical_reference_zeros", "hurdle_poisson", "truncated_normal", "ordered_probit",
-    "zero_inflated_negative_binomial",
+    "zero_inflated_negative_binomial", "hurdle_negative_binomial",
 )
 #: coefficients ``b`` of the models where they are not ``D + 1``
 COEFFICIENTS: dict[str, int] = {"normal_mixture": 2, "ordered_logistic": D, "ordered_probit": D}

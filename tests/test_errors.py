@@ -193,17 +193,20 @@ def test_mixture_observed_is_bounded_automatically_through_its_class_axis():
     assert step.setup_profile["full_data_passes"] >= 1
 
 
-def test_mixture_with_a_sampled_scale_is_refused_for_its_predictor_count():
+def test_mixture_with_a_sampled_scale_is_read_through_its_predictors():
     """A sampled σ shared by the components reaches the class axis as a length-one vector
-    whose axis a DimShuffle drops: read as one column, so the refusal names the true limit
-    (three predictors, two means and log σ), not an unreadable two-axis array."""
+    whose axis a DimShuffle drops: read as one column, so the row term has three predictors
+    (two means and log σ), not an unreadable two-axis array; three are within
+    ``MAX_MIXTURE_PREDICTORS`` (four are refused: tests/test_bad_inputs.py)."""
     with pm.Model() as model:
         m = pm.Normal("m", 0, 1)
         s = pm.HalfNormal("s", 1.0)
         pm.NormalMixture("y", w=[0.5, 0.5], mu=pm.math.stack([m, m + 1]), sigma=s,
                          observed=RNG.normal(size=60))
-    with model, pytest.raises(SubsamplingModelError, match="'y'.*through 3 predictors"):
-        pms.MHSS(progressbar=False)
+    with model:
+        step = pms.MHSS(progressbar=False)
+    (term,) = step._reference_pass.terms
+    assert term.family.n_predictors == 3
 
 
 def test_parameter_dependent_centering_couples_rows():
