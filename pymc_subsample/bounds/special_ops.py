@@ -321,27 +321,32 @@ def _rising_terms(order: int, lam_lo: np.ndarray, lam_hi: np.ndarray, y: np.ndar
     which moves ``p_{m−1}`` by at most its Lipschitz constant on ``[0, 1]`` times that,
     and the polynomial and the sum add a few ulps of their terms' sizes."""
     coef = sigmoid_derivative_coefficients(order - 1)
-    lipschitz = float(np.sum(np.abs(P.polyder(coef)) * 1.0)) if coef.size > 1 else 0.0
+    lipschitz = float(np.sum(np.abs(P.polyder(coef)))) if coef.size > 1 else 0.0
     size = float(np.sum(np.abs(coef)))
     count = np.where(_is_count(y), y, 0.0)
+    lam_lo, lam_hi, count = np.broadcast_arrays(lam_lo, lam_hi, count)
     lo = np.where((order == 1) & (count >= 1.0), 1.0, 0.0)
     hi = lo.copy()
     err = np.zeros_like(lo)
-    top = int(np.max(count)) if count.size else 0
+    # the term j on the rows with y > j only: the rows sorted by y, those a suffix, so the
+    # work is the sum of the y's, not the largest y times the rows
+    by_count = np.argsort(count, kind="stable")
+    sorted_count = count[by_count]
+    top = int(sorted_count[-1]) if count.size else 0
     with np.errstate(all="ignore"):
         for j in range(1, top):
-            rows = count > j
+            rows = by_count[np.searchsorted(sorted_count, j, side="right"):]
             shift = math.log(j)
-            s_lo = 1.0 / (1.0 + np.exp(-(lam_lo - shift)))
-            s_hi = 1.0 / (1.0 + np.exp(-(lam_hi - shift)))
+            s_lo = 1.0 / (1.0 + np.exp(-(lam_lo[rows] - shift)))
+            s_hi = 1.0 / (1.0 + np.exp(-(lam_hi[rows] - shift)))
             a, b = _polynomial_range(coef, s_lo, s_hi)
-            lo = lo + np.where(rows, a, 0.0)
-            hi = hi + np.where(rows, b, 0.0)
-            bound = (lipschitz * 4.0 * _EPS * (4.0 + np.maximum(np.abs(lam_lo), np.abs(lam_hi))
-                                              + shift)
-                     + 8.0 * coef.size * _EPS * size)
-            err = err + np.where(rows, bound, 0.0)
-        err = err + 4.0 * _EPS * top * (np.abs(lo) + np.abs(hi))
+            lo[rows] += a
+            hi[rows] += b
+            err[rows] += (lipschitz * 4.0 * _EPS
+                          * (4.0 + np.maximum(np.abs(lam_lo[rows]), np.abs(lam_hi[rows]))
+                             + shift)
+                          + 8.0 * coef.size * _EPS * size)
+        err = err + 4.0 * _EPS * count * (np.abs(lo) + np.abs(hi))
     return lo - err, hi + err
 
 
