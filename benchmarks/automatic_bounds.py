@@ -99,6 +99,15 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
             psi = pm.Beta("psi", 2.0, 2.0)
             pm.HurdlePoisson("y", psi=psi, mu=pm.math.exp(lin), observed=np.where(
                 rng.random(n) < 0.3, 0, rng.poisson(np.exp(eta))))
+        elif name in ("hurdle_negative_binomial", "zero_inflated_negative_binomial"):
+            # overdispersed counts (dispersion 2, a gamma–Poisson mixture), 30 % extra zeros
+            psi = pm.Beta("psi", 2.0, 2.0)
+            alpha = pm.Gamma("alpha", 2.0, 1.0)
+            y = np.where(rng.random(n) < 0.3, 0,
+                         rng.poisson(rng.gamma(2.0, np.exp(eta) / 2.0)))
+            dist = (pm.HurdleNegativeBinomial if name == "hurdle_negative_binomial"
+                    else pm.ZeroInflatedNegativeBinomial)
+            dist("y", psi=psi, mu=pm.math.exp(lin), alpha=alpha, observed=y)
         elif name == "hurdle_lognormal":
             psi = pm.Beta("psi", 2.0, 2.0)
             s = pm.HalfNormal("s", 2.0)
@@ -189,7 +198,8 @@ def main() -> None:
     new = ["binomial", "lognormal", "exponential", "weibull", "beta", "beta_binomial",
            "censored_weibull", "zero_inflated_poisson", "hurdle_poisson", "hurdle_lognormal",
            "ordered_logistic", "multinomial_logit", "tobit", "censored_normal_both",
-           "truncated_normal", "ordered_probit"]
+           "truncated_normal", "ordered_probit", "hurdle_negative_binomial",
+           "zero_inflated_negative_binomial"]
     both = ["logistic", "poisson_log", "normal_sigma"]
     cases = [(f, False) for f in new] + [(f, a) for f in both for a in (False, True)]
     if args.families:

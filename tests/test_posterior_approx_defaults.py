@@ -17,6 +17,7 @@ import pymc as pm
 import pytest
 
 import pymc_subsample as pms
+from pymc_subsample import SubsamplingModelError
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.model.passes import GenericPass, GLMPass
 from tests import row_models
@@ -47,8 +48,20 @@ def test_defaults_match_nuts(step_class, family, recwarn):
     assert not any("rows per iteration" in str(w.message) for w in recwarn)
 
 
+#: automatic families the two steps refuse at their defaults, and why
+REFUSED = {
+    # PyMC's BetaInc (its P(Y = 0)) has no second derivative in PyTensor (a ScalarLoop): the
+    # order-2 control variates are refused (tests/test_bad_inputs.py); MHSS reads the row term
+    # with BetaInc rewritten (docs/methods/mhss.md, "Automatic bounds")
+    "hurdle_negative_binomial": "BetaInc has no second derivative: cv_order=2 refused",
+}
+
+
 @pytest.mark.long
-@pytest.mark.parametrize("name", row_models.AUTOMATIC)
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=SubsamplingModelError,
+                                            reason=REFUSED[n])) if n in REFUSED else n
+    for n in row_models.AUTOMATIC])
 @pytest.mark.parametrize("step_class", [pms.AusterityMH, pms.BarkerMinibatch])
 def test_defaults_match_nuts_on_automatic_families(step_class, name):
     rows, seed = 20_000, 4

@@ -87,6 +87,10 @@ AUTOMATIC_FAMILIES: tuple[tuple[str, str], ...] = (
                          "sampled"),
     ("ordered_probit", "OrderedProbit with eta=η and sampled cutpoints (ordered transform, "
                        "at most 3)"),
+    ("hurdle_negative_binomial", "HurdleNegativeBinomial with mu=exp(η), a sampled alpha and "
+                                 "a sampled psi"),
+    ("zero_inflated_negative_binomial", "ZeroInflatedNegativeBinomial with mu=exp(η), a "
+                                        "sampled alpha and a sampled psi"),
 )
 
 #: scalar ops with a kink or a jump: a row through one of them with a predictor has no Taylor

@@ -56,6 +56,7 @@ from pymc_subsample.bounds.interval_rules import (
     RULES,
     Interval,
     NoIntervalRule,
+    OwnRule,
     as_bool,
     magnitude,
     outward,
@@ -76,7 +77,7 @@ def _scalar_rule(op, inputs: list[Interval], out_dtype: str) -> Interval:
         return _evaluate(op.fgraph.inputs, inputs, op.fgraph.outputs)[0]
     if isinstance(op, ps.Cast):
         return _cast(inputs[0], out_dtype)
-    rule = RULES.get(type(op))
+    rule = op.interval_rule if isinstance(op, OwnRule) else RULES.get(type(op))
     if rule is None:
         raise NoIntervalRule(type(op).__name__)
     lo, hi = rule(*inputs)
@@ -284,7 +285,7 @@ def _check_scalar(op) -> None:
     if isinstance(op, ps.Composite):
         for node in io_toposort(op.fgraph.inputs, op.fgraph.outputs):
             _check_scalar(node.op)
-    elif not isinstance(op, ps.Cast) and type(op) not in RULES:
+    elif not isinstance(op, ps.Cast | OwnRule) and type(op) not in RULES:
         raise NoIntervalRule(type(op).__name__)
 
 

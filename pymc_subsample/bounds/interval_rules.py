@@ -12,8 +12,8 @@ import scipy.special as sc
 from pytensor.scalar import basic as ps
 from pytensor.scalar import math as psm
 
-__all__ = ["REL_ARITH", "RULES", "Interval", "NoIntervalRule", "as_bool", "magnitude", "outward",
-           "outward_ulp"]
+__all__ = ["REL_ARITH", "RULES", "Interval", "NoIntervalRule", "OwnRule", "as_bool", "magnitude",
+           "outward", "outward_ulp"]
 
 #: ``(lo, hi)`` arrays of one variable
 Interval = tuple[np.ndarray, np.ndarray]
@@ -34,6 +34,15 @@ _TINY_INCOMPLETE_GAMMA = 1e-280
 #: the minimum of log Γ on (0, ∞): x* and a value below log Γ(x*)
 _GAMMALN_ARGMIN = 1.4616321449683623
 _GAMMALN_MIN = -0.12148629053584961
+
+
+class OwnRule:
+    """A scalar op that carries its interval rule, where the rule depends on the op's own
+    properties (a derivative's order) rather than on its type alone (:data:`RULES`)."""
+
+    def interval_rule(self, *inputs: Interval) -> Interval:
+        """The enclosure of the op's values on the box of its inputs' enclosures."""
+        raise NotImplementedError
 
 
 class NoIntervalRule(NotImplementedError):
