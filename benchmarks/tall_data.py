@@ -67,7 +67,7 @@ class PeakAnon:
 
 def _nbytes(path: str) -> int:
     """Bytes of the array at ``path`` (``.npy`` or Zarr store), uncompressed."""
-    from pymc_subsample.model.data import as_row_source
+    from pymc_subsample.model.row_sources import as_row_source
 
     source = as_row_source(path)
     return int(np.prod(source.shape)) * source.dtype.itemsize

@@ -89,7 +89,7 @@ def test_same_draws_with_a_cluster_active(step, client, data):
 def test_nan_rows_read_on_the_workers_are_refused(client, monkeypatch):
     """A NaN in a block only a worker reads: the worker's copy of the source checks the
     block it is handed, and the error names the data (no pass of its own on the client)."""
-    from pymc_subsample.model.data import BLOCK_ROWS, DaskSource
+    from pymc_subsample.model.row_sources import BLOCK_ROWS, DaskSource
 
     X, y = glm_data(BLOCK_ROWS + 5000, D, "logistic", seed=2)
     X[-100, 1] = np.nan

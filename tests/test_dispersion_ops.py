@@ -1,4 +1,4 @@
-"""The negative binomial's dispersion ops (``bounds/special_ops.py``) and the hurdle and
+"""The negative binomial's dispersion ops (``bounds/dispersion_ops.py``) and the hurdle and
 zero-inflated negative binomials' row terms read with them (``model/predictor_forms.py``).
 
 - :class:`NegativeBinomialZeroRate` ``∂^a_η ∂^b_λ [e^λ softplus(η − λ)]``,
@@ -23,12 +23,12 @@ from pytensor.graph.traversal import io_toposort
 from pytensor.tensor.elemwise import Elemwise
 
 import pymc_subsample as pms
-from pymc_subsample.bounds.interval import evaluate_intervals
-from pymc_subsample.bounds.special_ops import (
+from pymc_subsample.bounds.dispersion_ops import (
     LogOneMinusExpNeg,
     LogRisingFactorial,
     NegativeBinomialZeroRate,
 )
+from pymc_subsample.bounds.interval import evaluate_intervals
 from pymc_subsample.model.predictors import PredictorTerm
 from tests import row_models
 from tests.pairs import points_inside

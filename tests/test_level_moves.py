@@ -26,7 +26,7 @@ from pymc_subsample.kernels.mhss import mhss_accept_levels
 from pymc_subsample.model.levels import LevelPrior, prior_derivatives, scale_coordinate
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
-from pymc_subsample.steps.level_moves import HyperMove
+from pymc_subsample.steps.hyper_moves import HyperMove
 from tests.pairs import assert_poisson_counts, poisson_process_counts
 
 N_LEVELS, N_DENSE, N_ROWS = 30, 5, 2000

@@ -15,7 +15,8 @@ from pytensor.graph.traversal import ancestors
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model, write_glm_npy
 from pymc_subsample.errors import SubsamplingModelError
-from pymc_subsample.model.data import ArraySource, as_row_source, row_source_of
+from pymc_subsample.model.data import row_source_of
+from pymc_subsample.model.row_sources import ArraySource, as_row_source
 
 N, D = 6000, 4
 SAMPLE = {"progressbar": False, "compute_convergence_checks": False}
@@ -118,10 +119,10 @@ def test_chunked_sources_read_each_chunk_once_per_pass(kind, tmp_path, monkeypat
     idx = np.sort(rng.choice(ref.shape[0], 40, replace=False))
     np.testing.assert_array_equal(source.take(idx[::-1]), ref[idx[::-1]])
     if kind == "dask":  # a bound on the bytes computed at once: one chunk a call here
-        monkeypatch.setattr("pymc_subsample.model.data.GATHER_BYTES", 1)
+        monkeypatch.setattr("pymc_subsample.model.row_sources.GATHER_BYTES", 1)
         np.testing.assert_array_equal(source._take_sorted(idx), ref[idx])
         # a few rows of large chunks: Dask's own indexing, no whole chunk
-        monkeypatch.setattr("pymc_subsample.model.data.SPARSE_BYTES", 0)
+        monkeypatch.setattr("pymc_subsample.model.row_sources.SPARSE_BYTES", 0)
         read.clear()
         np.testing.assert_array_equal(source.take(idx[:3]), ref[idx[:3]])
         np.testing.assert_array_equal(source.take(np.arange(1500, 1510)), ref[1500:1510])
@@ -244,7 +245,7 @@ def test_nan_rows_are_refused_naming_the_data(kind, step, row, tmp_path, monkeyp
     """Checked as the build reads the rows: no pass of its own (all_finite is not called),
     whichever read first meets the NaN (the row checks read the first block; the others
     are met by the subsample fit or a full pass, on its threads)."""
-    from pymc_subsample.model.data import BLOCK_ROWS
+    from pymc_subsample.model.row_sources import BLOCK_ROWS
 
     X, y = glm_data(BLOCK_ROWS + 3000, 3, seed=1)
     X[row, 2] = np.inf if row == -1 else np.nan
@@ -272,7 +273,7 @@ def test_nan_rows_are_refused_without_a_full_data_pass(tmp_path):
 def test_finite_check_follows_the_blocks_read():
     """Each read is checked until every block has been read once in order; reads that
     cover no whole block (random rows, a partial block) check but do not count."""
-    from pymc_subsample.model.data import BLOCK_ROWS
+    from pymc_subsample.model.row_sources import BLOCK_ROWS
 
     n = 2 * BLOCK_ROWS + 100
     X = np.zeros((n, 2))

@@ -15,9 +15,9 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.datasets import glm_data, glm_model
 from pymc_subsample.model.cluster import THREADS_VARIABLE, pass_threads
-from pymc_subsample.model.data import ArraySource
 from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
 from pymc_subsample.model.passes import GenericPass, GLMPass
+from pymc_subsample.model.row_sources import ArraySource
 
 #: four blocks of a pass, the last one short
 N, D = 3 * SETUP_CHUNK_ROWS + 1234, 3

@@ -25,7 +25,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from pymc_subsample.model.build_progress import rows_advance
-from pymc_subsample.model.data import BLOCK_ROWS, DaskSource, RowSource
+from pymc_subsample.model.row_sources import BLOCK_ROWS, DaskSource, RowSource
 
 if typing.TYPE_CHECKING:
     from pymc_subsample.model.data_pass import DataPass
@@ -145,7 +145,7 @@ class GatheringFunction:
     The rows of :func:`pymc_subsample.Data` containers are not indexed inside the PyTensor
     graph (a Zarr or Dask array cannot be held there, a memory-mapped one should not be read
     through it): the graph takes them as extra inputs, gathered here by
-    :meth:`~pymc_subsample.model.data.RowSource.take` on every call (or handed to a cluster
+    :meth:`~pymc_subsample.model.row_sources.RowSource.take` on every call (or handed to a cluster
     task by :func:`_run_block`) and passed on aligned, C-contiguous and of the graph
     input's dtype, whatever the source returned (:func:`_aligned`).
     """
@@ -206,7 +206,7 @@ def _read_ahead(lik, data_pass: DataPass, args: tuple,
                 chunks: Iterable[np.ndarray]) -> Iterator[tuple[np.ndarray, typing.Any]]:
     """``(idx, data_pass.block(idx, *args))`` over ``chunks``, the next block's rows of the
     sources that cost a read (Zarr, Dask, memory-mapped ``.npy`` files:
-    :attr:`~pymc_subsample.model.data.RowSource.read_ahead`) read on a second thread while
+    :attr:`~pymc_subsample.model.row_sources.RowSource.read_ahead`) read on a second thread while
     this one computes. Decompressing Zarr chunks and copying pages out of a mapped file
     release the GIL, so the read and the pass's arithmetic overlap on two cores: a pass over
     such a source costs about the larger of the two instead of their sum. Blocks are
@@ -260,7 +260,7 @@ def _on_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarr
     """``(idx, data_pass.block(idx, *args))`` over ``chunks`` in order, the blocks computed on
     ``threads`` threads, each with a pass of its own (``data_pass`` or a copy); when the
     chunks are ``consecutive`` blocks of rows, the rows of sources that cost a read
-    (:attr:`~pymc_subsample.model.data.RowSource.read_ahead`) read in order on one more
+    (:attr:`~pymc_subsample.model.row_sources.RowSource.read_ahead`) read in order on one more
     thread, ahead of the blocks that need them.
 
     What runs in parallel is what releases Python's GIL: NumPy's and BLAS's arithmetic on a
@@ -371,7 +371,7 @@ def map_row_blocks(
 def _checked_on_workers(blocks, sources: Sequence[RowSource]):
     """``blocks`` as they are, their rows marked as checked for NaN and infinities in each of
     ``sources``: the workers' copies of the sources checked the blocks they were handed
-    (:meth:`~pymc_subsample.model.data.RowSource.checked`)."""
+    (:meth:`~pymc_subsample.model.row_sources.RowSource.checked`)."""
     for idx, result in blocks:
         for source in sources:
             source.mark_checked(int(idx[0]), int(idx[-1]) + 1)

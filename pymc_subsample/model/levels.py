@@ -478,7 +478,7 @@ def _whole_variables(lik, idx: list[int]) -> tuple[list[Variable] | None, np.nda
 
 
 def scale_coordinate(lik, layout: LevelLayout, hyper: np.ndarray) -> int | str:
-    """For the scale move (:class:`~pymc_subsample.steps.level_moves.ScaleMove`): the index in
+    """For the scale move (:class:`~pymc_subsample.steps.hyper_moves.ScaleMove`): the index in
     ``θ`` of ``log s`` when the levels are ``u ~ Normal(0, s)`` with ``s`` one scalar variable
     sampled on the log scale that no row reads, or why the move does not apply (for the log).
     The move is exact for any prior; this is where its prior terms cancel, so where it helps.

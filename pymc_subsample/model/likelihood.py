@@ -42,7 +42,6 @@ from pytensor.tensor.extra_ops import broadcast_shape
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.cluster import SETUP_CHUNK_ROWS, GatheringFunction, map_row_blocks
-from pymc_subsample.model.data import RowSource
 from pymc_subsample.model.numpy_pass_ops import matrix_vector, take_rows
 from pymc_subsample.model.rebuild import ObservedBlock, rebuild_on_index
 from pymc_subsample.model.row_checks import (
@@ -54,6 +53,7 @@ from pymc_subsample.model.row_checks import (
     find_data_axis,
 )
 from pymc_subsample.model.row_logp import row_logp
+from pymc_subsample.model.row_sources import RowSource
 from pymc_subsample.model.ufunc_linker import UFUNC_LINKER
 
 __all__ = ["SubsampledLikelihood", "ObservedBlock"]

@@ -17,7 +17,7 @@ from pytensor.tensor.basic import Alloc
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.shape import SpecifyShape
 
-from pymc_subsample.bounds.special_ops import (
+from pymc_subsample.bounds.dispersion_ops import (
     NegativeBinomialZeroRate,
     log_one_minus_exp_neg,
     log_rising_factorial,
@@ -152,7 +152,7 @@ def log_forms(x: Variable) -> Variable | None:
 
 def _zero_rate(factors: list[Variable]) -> Variable | None:
     """The product of ``factors`` with ``e^λ·softplus(η − λ)`` among them as one
-    :class:`~pymc_subsample.bounds.special_ops.NegativeBinomialZeroRate` ``T(η, λ)``, else
+    :class:`~pymc_subsample.bounds.dispersion_ops.NegativeBinomialZeroRate` ``T(η, λ)``, else
     None."""
     for i, exp_factor in enumerate(factors):
         lam = exp_arg(exp_factor)
@@ -194,7 +194,7 @@ def exp_forms(fgraph, node):
     elif (isinstance(scalar, psm.Log1mexp) and (rate := negated(node.inputs[0])) is not None
           and isinstance(scalar_op(rate), NegativeBinomialZeroRate)):
         # a hurdle negative binomial's log P(Y > 0) = log(1 − e^{−T}): one op whose every
-        # derivative is monotone in T (special_ops.LogOneMinusExpNeg)
+        # derivative is monotone in T (dispersion_ops.LogOneMinusExpNeg)
         out = log_one_minus_exp_neg(rate)
     elif minus is not None and isinstance(scalar_op(minus), psm.Sigmoid):
         # log(1 − σ(z)) = −softplus(z): monotone, one occurrence of z
@@ -249,7 +249,7 @@ def exp_forms(fgraph, node):
 def rising_factorial_forms(predictors: set[Variable], data: set[Variable]):
     r"""A rewrite of :math:`\log\Gamma(y + e^\lambda)`, ``y`` one of the row's ``data`` and
     ``λ`` one of its ``predictors``, into :math:`B(\lambda; y) + \log\Gamma(e^\lambda)`
-    with ``B`` one :class:`~pymc_subsample.bounds.special_ops.LogRisingFactorial` op, so that
+    with ``B`` one :class:`~pymc_subsample.bounds.dispersion_ops.LogRisingFactorial` op, so that
     a negative binomial's :math:`\log\Gamma(y + \alpha) - \log\Gamma(\alpha)` becomes
     ``B`` alone once PyTensor's canonicalisation cancels the two :math:`\log\Gamma(\alpha)`:
     its derivatives in :math:`\lambda = \log\alpha` are then sums of sigmoid derivatives

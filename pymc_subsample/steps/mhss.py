@@ -29,12 +29,11 @@ from pymc_subsample.model.setup import glm_data_pass
 from pymc_subsample.proposals.proposal import BlockProposal, make_proposal
 from pymc_subsample.steps.base import COMMON_STATS, Move, SubsamplingStep, SubsamplingStepState
 from pymc_subsample.steps.crossed_moves import SecondFactorMoves, crossed_levels
+from pymc_subsample.steps.hyper_moves import HyperMove, ScaleMove
 from pymc_subsample.steps.level_moves import (
     CollapsedFixedProposal,
-    HyperMove,
     LevelMoves,
     LevelSweep,
-    ScaleMove,
     level_structure,
     level_third_sums,
 )
