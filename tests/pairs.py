@@ -108,3 +108,25 @@ def points_inside(rng, lo, hi):
     t[..., :50] = 0.0
     t[..., 50:100] = 1.0
     return np.clip(lo + t * (hi - lo), lo, hi)
+
+
+def step_remainder_shares(step, rng: np.random.Generator, n_pairs: int = 20) -> list[float]:
+    """An MHSS step's bound on random pairs inside its region: ``|ξ_i| ≤ c_i M`` on every
+    row and ``M`` the same both ways (asserted); returns each pair's ``Σ|ξ_i| / (Σc_i M)``,
+    so that a test can check the pairs reach where the remainder is a visible share."""
+    lik, frame, cv = step.likelihood, step.frame, step.control_variate
+    every = np.arange(lik.n_rows, dtype=np.int64)
+    consts = np.asarray(step.row_constants, dtype=np.float64)
+    shares = []
+    for _ in range(n_pairs):
+        u, v = rng.standard_normal((2, lik.dim))
+        phi = u / np.linalg.norm(u) * rng.uniform(0.0, step.region_radius)
+        phi_new = v / np.linalg.norm(v) * rng.uniform(0.0, step.region_radius)
+        theta, theta_new = frame.unwhiten(phi), frame.unwhiten(phi_new)
+        m = step._remainder_scale(theta, theta_new, phi, phi_new)
+        back = step._remainder_scale(theta_new, theta, phi_new, phi)
+        assert np.isclose(m, back, rtol=1e-12, atol=0.0), (m, back)
+        xi = np.abs(cv.remainder(theta, theta_new, every))
+        assert np.all(xi <= consts * m)
+        shares.append(xi.sum() / (consts.sum() * m))
+    return shares

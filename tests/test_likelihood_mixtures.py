@@ -9,6 +9,7 @@ import pytest
 import pymc_subsample as pms
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.likelihood import SubsampledLikelihood
+from tests.posterior import SAMPLE, assert_matches, summary
 
 N = 150
 RNG = np.random.default_rng(11)
@@ -142,13 +143,27 @@ def test_approximate_steps_sample(model, step, laplace):
         assert np.all(np.isfinite(idata.posterior[name.name].values))
 
 
-@pytest.mark.parametrize("name", ["normal_mixture", "mixture"])
-def test_mhss_has_no_automatic_bound(name):
+def test_mhss_has_no_automatic_bound():
     # the censored and truncated Normals are bounded since PyMC's normal log-CDFs are read as
-    # the smooth functions they are (tests/test_posterior_automatic.py, test_smooth_switches.py)
-    with MODELS[name]():
+    # the smooth functions they are (tests/test_posterior_automatic.py, test_smooth_switches.py),
+    # and the Normal mixture with a sampled σ since three predictors through a class axis are
+    # (below); a mixture with sampled weights and a Student-t component is not
+    with MODELS["mixture"]():
         with pytest.raises(SubsamplingModelError, match=r"no automatic bound.*'y'.*UserBound"):
             pms.MHSS()
+
+
+@pytest.mark.slow
+def test_mhss_bounds_the_normal_mixture_with_a_sampled_sigma():
+    """Its three predictors (the two means, log σ) through the class axis: MHSS's automatic
+    bound against PyMC's NUTS on the same 150 rows (a small N, where a bias shows)."""
+    with MODELS["normal_mixture"]():
+        reference = pm.sample(2000, tune=1000, chains=4, random_seed=3, **SAMPLE)
+        step = pms.MHSS()
+        idata = pm.sample(5000, tune=1000, chains=2, step=step, random_seed=3, **SAMPLE)
+    for var in ("a", "b", "s"):
+        ref_mean, ref_sd, ref_mcse = summary(reference, var)
+        assert_matches(idata, ref_mean, ref_sd, ref_mcse, var=var)
 
 
 def test_two_observed_with_a_mixture():

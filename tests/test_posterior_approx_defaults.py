@@ -48,13 +48,10 @@ def test_defaults_match_nuts(step_class, family, recwarn):
     assert not any("rows per iteration" in str(w.message) for w in recwarn)
 
 
-#: automatic families the two steps refuse at their defaults, and why
-REFUSED = {
-    # PyMC's BetaInc (its P(Y = 0)) has no second derivative in PyTensor (a ScalarLoop): the
-    # order-2 control variates are refused (tests/test_bad_inputs.py); MHSS reads the row term
-    # with BetaInc rewritten (docs/methods/mhss.md, "Automatic bounds")
-    "hurdle_negative_binomial": "BetaInc has no second derivative: cv_order=2 refused",
-}
+#: automatic families the two steps refuse at their defaults, and why (none: the hurdle
+#: negative binomial's BetaInc, which PyTensor cannot differentiate twice, is rewritten as
+#: ``p^α`` in the row log-likelihood, ``model.row_logp.rewrite_incomplete_beta_at_one``)
+REFUSED: dict[str, str] = {}
 
 
 @pytest.mark.long

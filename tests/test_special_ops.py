@@ -26,7 +26,7 @@ from pymc_subsample.bounds.interval import evaluate_intervals
 from pymc_subsample.bounds.special_ops import log_sum_exp
 from pymc_subsample.model.predictors import PredictorTerm
 from tests import row_models
-from tests.pairs import points_inside
+from tests.pairs import points_inside, step_remainder_shares
 
 RNG_SEED = 20261127
 
@@ -163,20 +163,5 @@ def test_multinomial_logit_step_rates_bound_every_remainder():
         step = pms.MHSS()
     assert all(isinstance(t, PredictorTerm) for t in step._reference_pass.terms)
     assert step.rate_bound is None
-    lik, frame, cv = step.likelihood, step.frame, step.control_variate
-    rng = np.random.default_rng([RNG_SEED, 10])
-    every = np.arange(lik.n_rows, dtype=np.int64)
-    consts = np.asarray(step.row_constants, dtype=np.float64)
-    tight = []
-    for _ in range(20):
-        u, v = rng.standard_normal((2, lik.dim))
-        phi = u / np.linalg.norm(u) * rng.uniform(0.0, step.region_radius)
-        phi_new = v / np.linalg.norm(v) * rng.uniform(0.0, step.region_radius)
-        theta, theta_new = frame.unwhiten(phi), frame.unwhiten(phi_new)
-        m = step._remainder_scale(theta, theta_new, phi, phi_new)
-        assert m == pytest.approx(step._remainder_scale(theta_new, theta, phi_new, phi),
-                                  rel=1e-12)
-        xi = np.abs(cv.remainder(theta, theta_new, every))
-        assert np.all(xi <= consts * m)
-        tight.append(xi.sum() / (consts.sum() * m))
+    tight = step_remainder_shares(step, np.random.default_rng([RNG_SEED, 10]))
     assert max(tight) > 1e-3  # the pairs reach where the remainder is a visible share
