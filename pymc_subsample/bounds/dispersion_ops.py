@@ -67,6 +67,7 @@ from pytensor.scalar import basic as ps
 from pytensor.tensor.elemwise import Elemwise
 
 from pymc_subsample.bounds.interval_rules import Interval, OwnRule, outward, outward_ulp
+from pymc_subsample.bounds.scalar_op_base import PropsScalarOp, horner_code
 from pymc_subsample.bounds.special_ops import box_ends
 
 __all__ = ["LogOneMinusExpNeg", "LogRisingFactorial", "NegativeBinomialZeroRate",
@@ -178,7 +179,7 @@ def _log_rising_rule(order: int, lam: Interval, y: Interval) -> Interval:
     return np.where(exact, out_lo, -np.inf), np.where(exact, out_hi, np.inf)
 
 
-class LogRisingFactorial(OwnRule, ps.ScalarOp):
+class LogRisingFactorial(OwnRule, PropsScalarOp):
     r"""The ``order``-th derivative in λ of
     :math:`B(\lambda; y) = \log\Gamma(y + e^\lambda) - \log\Gamma(e^\lambda)`
     (module docstring), inputs ``(λ, y)``; its gradient in λ is the same op of the next
@@ -193,11 +194,6 @@ class LogRisingFactorial(OwnRule, ps.ScalarOp):
                          name=f"log_rising_factorial_d{int(order)}")
         self.order = int(order)
 
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and self.order == other.order
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.order))
 
     def impl(self, lam, y):
         lam, y = np.float64(lam), np.float64(y)
@@ -215,20 +211,13 @@ class LogRisingFactorial(OwnRule, ps.ScalarOp):
         (z,) = outputs
         if self.order == 0:
             return f"{z} = lgamma({y} + exp({lam})) - lgamma(exp({lam}));"
-        coef = sigmoid_derivative_coefficients(self.order - 1)
-        # Horner's scheme in s = σ(λ − log j)
-        horner = repr(float(coef[-1]))
-        for c in coef[-2::-1]:
-            horner = f"({horner}) * s + {float(c)!r}"
+        horner = horner_code(sigmoid_derivative_coefficients(self.order - 1), "s")
         return (f"{{\ndouble y = {y};\n"
                 f"if (!(y >= 0.0) || y != floor(y) || !isfinite(y)) {{ {z} = NAN; }}\n"
                 f"else {{\ndouble total = {1.0 if self.order == 1 else 0.0!r} * (y >= 1.0);\n"
                 "for (long j = 1; j < (long) y; ++j) {\n"
                 f"double s = 1.0 / (1.0 + exp(-({lam} - log((double) j))));\n"
                 f"total += {horner};\n}}\n{z} = total;\n}}\n}}")
-
-    def c_code_cache_version(self) -> tuple[int, ...]:
-        return (1,)
 
     def interval_rule(self, lam: Interval, y: Interval) -> Interval:
         return _log_rising_rule(self.order, lam, y)
@@ -280,7 +269,7 @@ def _log1mexp_neg_point(order: int, t: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return value, err
 
 
-class LogOneMinusExpNeg(OwnRule, ps.ScalarOp):
+class LogOneMinusExpNeg(OwnRule, PropsScalarOp):
     r"""The ``order``-th derivative of :math:`g(T) = \log(1 - e^{-T})` (module docstring);
     its gradient is the same op of the next order."""
 
@@ -293,11 +282,6 @@ class LogOneMinusExpNeg(OwnRule, ps.ScalarOp):
                          name=f"log_one_minus_exp_neg_d{int(order)}")
         self.order = int(order)
 
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and self.order == other.order
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.order))
 
     def impl(self, t):
         return np.float64(_log1mexp_neg_point(self.order, np.float64(t))[0])
@@ -307,16 +291,10 @@ class LogOneMinusExpNeg(OwnRule, ps.ScalarOp):
         (z,) = outputs
         if self.order == 0:
             return f"{z} = {t} < {_LOG2!r} ? log(-expm1(-{t})) : log1p(-exp(-{t}));"
-        coef = eulerian_coefficients(self.order - 1)
-        horner = repr(float(coef[-1]))
-        for c in coef[-2::-1]:
-            horner = f"({horner}) * q + {float(c)!r}"
+        horner = horner_code(eulerian_coefficients(self.order - 1), "q")
         sign = 1.0 if self.order % 2 else -1.0
         return (f"{{\ndouble q = exp(-{t});\n"
                 f"{z} = {sign!r} * q * ({horner}) / pow(-expm1(-{t}), {self.order});\n}}")
-
-    def c_code_cache_version(self) -> tuple[int, ...]:
-        return (1,)
 
     def interval_rule(self, t: Interval) -> Interval:
         """``g`` increases; ``(−1)^{k−1} g^{(k)}`` is positive and decreases: the values at
@@ -410,7 +388,7 @@ def _zero_rate_rule(a: int, b: int, eta: Interval, lam: Interval) -> Interval:
     return outward_ulp(out_lo, out_hi)
 
 
-class NegativeBinomialZeroRate(OwnRule, ps.ScalarOp):
+class NegativeBinomialZeroRate(OwnRule, PropsScalarOp):
     r""":math:`\partial_\eta^a\partial_\lambda^b T(\eta, \lambda)`,
     :math:`T = e^\lambda\,\mathrm{softplus}(\eta - \lambda)` (module docstring), inputs
     ``(η, λ)``; its gradient is the same op of orders ``(a + 1, b)`` and ``(a, b + 1)``."""
@@ -424,11 +402,6 @@ class NegativeBinomialZeroRate(OwnRule, ps.ScalarOp):
                          name=f"negative_binomial_zero_rate_d{int(a)}{int(b)}")
         self.a, self.b = int(a), int(b)
 
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and (self.a, self.b) == (other.a, other.b)
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.a, self.b))
 
     def impl(self, eta, lam):
         t = np.float64(eta) - np.float64(lam)
@@ -440,17 +413,11 @@ class NegativeBinomialZeroRate(OwnRule, ps.ScalarOp):
     def c_code(self, node, name, inputs, outputs, sub) -> str:
         eta, lam = inputs
         (z,) = outputs
-        coef = zero_rate_polynomial(self.a, self.b)
-        horner = repr(float(coef[-1]))
-        for c in coef[-2::-1]:
-            horner = f"({horner}) * s + {float(c)!r}"
+        horner = horner_code(zero_rate_polynomial(self.a, self.b), "s")
         soft = ("(t > 0.0 ? t + log1p(exp(-t)) : log1p(exp(t)))" if self.a == 0 else "0.0")
         return (f"{{\ndouble t = {eta} - {lam};\n"
                 "double s = 1.0 / (1.0 + exp(-t));\n"
                 f"{z} = exp({lam}) * ({soft} + ({horner}));\n}}")
-
-    def c_code_cache_version(self) -> tuple[int, ...]:
-        return (1,)
 
     def interval_rule(self, eta: Interval, lam: Interval) -> Interval:
         return _zero_rate_rule(self.a, self.b, eta, lam)

@@ -44,6 +44,7 @@ from pymc_subsample.bounds.interval_rules import (
     Interval,
     outward_ulp,
 )
+from pymc_subsample.bounds.scalar_op_base import PropsScalarOp
 
 __all__ = ["SPECIAL_RULES", "LogSumExp", "SoftmaxWeight", "box_ends", "log_sum_exp"]
 
@@ -121,7 +122,7 @@ def _c_shifted_sum(inputs: list[str]) -> str:
     return "\n".join(lines)
 
 
-class LogSumExp(ps.ScalarOp):
+class LogSumExp(PropsScalarOp):
     r""":math:`\log\sum_{k=1}^n e^{x_k}` of ``n`` inputs (module docstring); its gradient in
     :math:`x_j` is :class:`SoftmaxWeight` ``j``."""
 
@@ -133,11 +134,6 @@ class LogSumExp(ps.ScalarOp):
         self.n = int(n)
         self.nin = self.n
 
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and self.n == other.n
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.n))
 
     def impl(self, *xs):
         m, log_total = _shifted_sum([np.float64(x) for x in xs])
@@ -147,15 +143,12 @@ class LogSumExp(ps.ScalarOp):
         (z,) = outputs
         return "{\n" + _c_shifted_sum(list(inputs)) + f"\n{z} = m + log_total;\n}}"
 
-    def c_code_cache_version(self) -> tuple[int, ...]:
-        return (1,)
-
     def grad(self, inputs, output_gradients):
         (gz,) = output_gradients
         return _masked(inputs, [gz * _weight(j, inputs) for j in range(self.n)])
 
 
-class SoftmaxWeight(ps.ScalarOp):
+class SoftmaxWeight(PropsScalarOp):
     r""":math:`e^{x_1}/\sum_{k=1}^n e^{x_k}` (module docstring): the softmax probability of
     its *first* input, the gradient of :class:`LogSumExp` in that input (the ``j``-th weight is
     this op with ``x_j`` first); its gradient is
@@ -169,11 +162,6 @@ class SoftmaxWeight(ps.ScalarOp):
         self.n = int(n)
         self.nin = self.n
 
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and self.n == other.n
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.n))
 
     def impl(self, *xs):
         m, log_total = _shifted_sum([np.float64(x) for x in xs])
@@ -184,9 +172,6 @@ class SoftmaxWeight(ps.ScalarOp):
         (z,) = outputs
         return ("{\n" + _c_shifted_sum(list(inputs))
                 + f"\n{z} = exp(({inputs[0]} - m) - log_total);\n}}")
-
-    def c_code_cache_version(self) -> tuple[int, ...]:
-        return (1,)
 
     def grad(self, inputs, output_gradients):
         (gz,) = output_gradients

@@ -209,13 +209,6 @@ def exp_forms(fgraph, node):
             node.inputs[0], _log_arg(node.inputs[1]))) is not None):
         # a − log(e^a + e^b) = −softplus(b − a): the same, after log(a/b) was split
         out = rewritten
-    elif (isinstance(scalar, ps.Log) and isinstance(scalar_op(node.inputs[0]), psm.BetaInc)
-          and constant_value(node.inputs[0].owner.inputs[1]) == 1.0):
-        # I_x(a, 1) = x^a (B(x; a, 1) = x^a / a and B(a, 1) = 1/a): a negative binomial's
-        # P(Y = 0) = I_p(α, 1) (its log-CDF at 0, a hurdle's normaliser), whose log is then
-        # α log p, instead of a derivative graph through the incomplete beta function
-        a, _, x = node.inputs[0].owner.inputs
-        out = a * pt.log(x)
     elif (isinstance(scalar, ps.EQ) and any(constant_value(v) == 0.0 for v in node.inputs)
           and any(positive(v) for v in node.inputs)):
         # e^a = 0 is false for every real a: PyMC's 0·log 0 guards (logpow(μ/(μ + α), y))
