@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.zarr_chunks import SyncChunkReader
 
 __all__ = ["ArraySource", "ChunkedSource", "DaskSource", "RowSource", "ZarrSource",
            "as_row_source"]
@@ -324,7 +325,7 @@ class ChunkedSource(RowSource):
     def __getstate__(self) -> dict:
         # what a process reads is its own (PyMC pickles the step for each worker)
         return {k: v for k, v in super().__getstate__().items()
-                if k not in ("_kept", "_tasks", "_bounds")}
+                if k not in ("_kept", "_tasks", "_bounds", "_reader")}
 
 
 class ZarrSource(ChunkedSource):
@@ -344,6 +345,15 @@ class ZarrSource(ChunkedSource):
         return bounds
 
     def _read_chunks(self, first: int, stop: int) -> np.ndarray:
+        # without Zarr's event loop where its store and codecs allow (SyncChunkReader): its
+        # per-chunk bookkeeping holds the GIL and cost more than decoding 4,096-row chunks
+        reader = self.__dict__.get("_reader")
+        if reader is None:
+            reader = self._reader = SyncChunkReader.of(self.array) or False
+        if reader:
+            parts = [reader.read(k) for k in range(first, stop)]
+            if all(part is not None for part in parts):
+                return parts[0] if len(parts) == 1 else np.concatenate(parts)
         bounds = self._chunk_bounds()
         return np.asarray(self.array[bounds[first] : bounds[stop]])
 
