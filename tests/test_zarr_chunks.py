@@ -56,3 +56,31 @@ def test_missing_chunks_and_other_layouts_are_zarrs_own(tmp_path):
     sharded = _store(tmp_path / "h", ref, chunks=(5, 2), shards=(10, 2))
     assert SyncChunkReader.of(split) is None and SyncChunkReader.of(sharded) is None
     np.testing.assert_array_equal(as_row_source(sharded)._slice(3, 17), ref[3:17])
+
+
+def test_dask_from_zarr_is_read_from_its_store_without_a_scheduler(tmp_path, monkeypatch):
+    """``da.from_zarr`` of a store, as it is: its rows read from the Zarr array, no Dask
+    computation; other chunks, an expression on it, or a scheduler set: Dask computes."""
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    ref = np.random.default_rng(6).normal(size=(1003, 3))
+    _store(tmp_path, ref, chunks=(100, 3))
+    computed = []
+    compute = dask.compute
+    monkeypatch.setattr(dask, "compute", lambda *a, **k: computed.append(1) or compute(*a, **k))
+    idx = np.array([5, 999, 17, 5])
+    path = str(tmp_path / "a.zarr")
+    for value, through_dask in ((da.from_zarr(path), False),
+                                (da.from_zarr(path, chunks=(200, 3)), True),
+                                (da.from_zarr(path) * 1.0, True)):
+        computed.clear()
+        source = as_row_source(value)
+        np.testing.assert_array_equal(source._slice(150, 420), ref[150:420])
+        np.testing.assert_array_equal(source.take(idx), ref[idx])
+        assert bool(computed) == through_dask
+    with dask.config.set(scheduler="threads"):
+        computed.clear()
+        source = as_row_source(da.from_zarr(path))
+        np.testing.assert_array_equal(source._slice(0, 1003), ref)
+        assert computed

@@ -325,7 +325,7 @@ class ChunkedSource(RowSource):
     def __getstate__(self) -> dict:
         # what a process reads is its own (PyMC pickles the step for each worker)
         return {k: v for k, v in super().__getstate__().items()
-                if k not in ("_kept", "_tasks", "_bounds", "_reader")}
+                if k not in ("_kept", "_tasks", "_bounds", "_reader", "_behind")}
 
 
 class ZarrSource(ChunkedSource):
@@ -428,7 +428,28 @@ class DaskSource(ChunkedSource):
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
         return held > SPARSE_FACTOR * rows and held * row_bytes > SPARSE_BYTES
 
+    def _zarr_behind(self) -> ZarrSource | None:
+        """The Zarr array this Dask array reads as it is, as a :class:`ZarrSource`, while no
+        scheduler is set (no ``dask.distributed`` client): else None.
+
+        ``dask.array.from_zarr(z)`` (its own chunks, nothing computed on it) is read from
+        ``z`` directly: Dask's threaded scheduler cost about 1 ms of CPU a chunk, most of a
+        pass over 4,096-row chunks (``docs/benchmarks.md``). The array is recognised by its
+        name, a deterministic token of ``z`` and the chunks (``from_zarr``'s own), so any
+        other graph over the same store is computed by Dask.
+        """
+        import dask
+
+        if dask.config.get("scheduler", None) is not None:
+            return None
+        behind = self.__dict__.get("_behind")
+        if behind is None:
+            self._behind = behind = _zarr_of(self.array) or False
+        return behind or None
+
     def _slice(self, start: int, stop: int) -> np.ndarray:
+        if self._zarr_behind() is not None:
+            return super()._slice(start, stop)
         bounds = self._chunk_bounds()
         first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
         kept = self.__dict__.get("_kept")
@@ -438,6 +459,8 @@ class DaskSource(ChunkedSource):
         return super()._slice(start, stop)
 
     def _read_chunks(self, first: int, stop: int) -> np.ndarray:
+        if (behind := self._zarr_behind()) is not None:  # the same chunks
+            return behind._read_chunks(first, stop)
         parts = [np.asarray(p) for p in self._compute(slice(first, stop))]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -445,6 +468,8 @@ class DaskSource(ChunkedSource):
         """The rows ``rows`` from the chunks that hold them, computed :data:`GATHER_BYTES` of
         chunks at a time (rows scattered over every chunk never hold the whole array), or by
         Dask's indexing when they are a small part of large chunks (:data:`SPARSE_FACTOR`)."""
+        if (behind := self._zarr_behind()) is not None:
+            return behind._take_sorted(rows)
         bounds = self._chunk_bounds()
         chunks, first = np.unique(self._chunk_of(rows), return_index=True)
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
@@ -470,6 +495,23 @@ class DaskSource(ChunkedSource):
 
     def user_value(self):
         return self.array
+
+
+def _zarr_of(array) -> ZarrSource | None:
+    """The Zarr array ``array`` is ``dask.array.from_zarr`` of, with its default chunks and
+    nothing computed on it, as a :class:`ZarrSource`; else None."""
+    import dask.array as da
+
+    try:
+        import zarr
+    except ImportError:
+        return None
+    # from_zarr keeps the Zarr array as the one value of a layer of its own
+    held = [value for layer in array.__dask_graph__().layers.values() if len(layer) == 1
+            for value in layer.values() if isinstance(value, zarr.Array)]
+    if len(held) != 1 or da.from_zarr(held[0]).name != array.name:
+        return None
+    return ZarrSource(held[0])
 
 
 def as_row_source(value) -> RowSource:

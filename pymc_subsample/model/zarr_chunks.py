@@ -34,12 +34,15 @@ class SyncChunkReader:
     ----------
     array : zarr.Array
         A Zarr 3 array on a regular grid, whose chunks span every column.
+    store_path : zarr.storage.StorePath
+        Where its chunks are, in a store that reads synchronously (:func:`_synchronous`).
     """
 
-    def __init__(self, array: Any) -> None:
+    def __init__(self, array: Any, store_path: Any) -> None:
         from zarr.core.buffer import default_buffer_prototype
 
         self.array = array
+        self._store_path = store_path
         async_array = array.async_array
         self._pipeline = async_array.codec_pipeline
         chunk_coords = (0,) * array.ndim
@@ -70,20 +73,22 @@ class SyncChunkReader:
         except ImportError:  # Zarr 2, or a Zarr 3 before the synchronous protocols
             return None
         if not (isinstance(array, zarr.Array) and isinstance(array.metadata, ArrayV3Metadata)
-                and array.shards is None
-                and isinstance(array.store_path.store, SupportsGetSync)):
+                and array.shards is None):
+            return None
+        store_path = _synchronous(array.store_path)
+        if not isinstance(store_path.store, SupportsGetSync):
             return None
         if tuple(array.chunks[1:]) != tuple(array.shape[1:]):
             return None  # a chunk's rows split across columns: several reads a row
         if not all(isinstance(codec, SupportsSyncCodec) for codec in array.metadata.codecs):
             return None  # e.g. sharding, whose inner chunks are read through the pipeline
-        return cls(array)
+        return cls(array, store_path)
 
     def read(self, chunk: int) -> np.ndarray | None:
         """The rows of row chunk ``chunk`` (the last one cut to the array's rows), or None
         if the store has no such chunk (its rows are the fill value: Zarr's slicing says)."""
         key = self.array.metadata.encode_chunk_key((chunk,) + (0,) * (self.array.ndim - 1))
-        data = (self.array.store_path / key).get_sync(prototype=self._prototype)
+        data = (self._store_path / key).get_sync(prototype=self._prototype)
         if data is None:
             return None
         for codec, spec in reversed(self._byte_codecs):
@@ -95,3 +100,21 @@ class SyncChunkReader:
         rows = data.as_numpy_array()
         start = chunk * self._rows
         return rows[: max(0, min(self._rows, self.array.shape[0] - start))]
+
+
+def _synchronous(store_path: Any) -> Any:
+    """``store_path``, in a :class:`zarr.storage.LocalStore` when it is a local directory
+    opened through fsspec (``dask.array.from_zarr`` of a path opens it so): the same files,
+    read without fsspec's asynchronous wrapper."""
+    try:
+        from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+        from fsspec.implementations.local import LocalFileSystem
+    except ImportError:
+        return store_path
+    from zarr.storage import FsspecStore, LocalStore, StorePath
+
+    store = store_path.store
+    if (isinstance(store, FsspecStore) and isinstance(store.fs, AsyncFileSystemWrapper)
+            and isinstance(store.fs.sync_fs, LocalFileSystem)):
+        return StorePath(LocalStore(store.path, read_only=True), store_path.path)
+    return store_path
