@@ -350,11 +350,18 @@ class ZarrSource(ChunkedSource):
         reader = self.__dict__.get("_reader")
         if reader is None:
             reader = self._reader = SyncChunkReader.of(self.array) or False
-        if reader:
-            parts = [reader.read(k) for k in range(first, stop)]
-            if all(part is not None for part in parts):
-                return parts[0] if len(parts) == 1 else np.concatenate(parts)
         bounds = self._chunk_bounds()
+        if reader:
+            # each chunk copied out as soon as decoded: its memory is reused for the next one
+            # (holding a block's chunks to concatenate them cost page faults on fresh memory)
+            out = np.empty((bounds[stop] - bounds[first], *self.shape[1:]), dtype=self.dtype)
+            for k in range(first, stop):
+                rows = reader.read(k)
+                if rows is None:  # a chunk never written: Zarr gives its fill value
+                    break
+                out[bounds[k] - bounds[first] : bounds[k + 1] - bounds[first]] = rows
+            else:
+                return out
         return np.asarray(self.array[bounds[first] : bounds[stop]])
 
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
