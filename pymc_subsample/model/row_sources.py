@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.file_read_ahead import FileReadAhead
 from pymc_subsample.model.zarr_chunks import SyncChunkReader
 
 __all__ = ["ArraySource", "ChunkedSource", "DaskSource", "RowSource", "ZarrSource",
@@ -247,7 +248,13 @@ class ArraySource(RowSource):
         return self.path is not None
 
     def read_block(self, idx: np.ndarray) -> np.ndarray:
-        # a copy, so that the file's pages are read here and not when the pass computes
+        # a copy, so that the file's pages are read here and not when the pass computes; the
+        # kernel asked to read the next blocks meanwhile (FileReadAhead)
+        ahead = self.__dict__.get("_ahead")
+        if ahead is None and self.path is not None:
+            ahead = self._ahead = FileReadAhead.of(self.array) or False
+        if ahead and idx.size:
+            ahead.before_reading(int(idx[-1]) + 1)
         return np.array(self.take(idx))
 
     def graph_value(self) -> np.ndarray:
