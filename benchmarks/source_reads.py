@@ -7,7 +7,9 @@ of 4,096-row zstd chunks in ``--dir``; write them with
 1. the CPU seconds of reading all rows of ``X`` and ``y`` in the passes' 65,536-row blocks,
    through Zarr's own slicing (its asynchronous pipeline) and through
    :class:`pymc_subsample.model.zarr_chunks.SyncChunkReader`, alternately;
-2. for one GLM pass over each source (``.npy``, Zarr, ``da.from_zarr``), its wall and CPU
+2. the CPU seconds of 1,000 reads of 2 random rows of ``X`` from the store (an iteration's
+   reads) and of one read of 500,000 rows in 160 runs (the reference fit's subsample);
+3. for one GLM pass over each source (``.npy``, Zarr, ``da.from_zarr``), its wall and CPU
    seconds and the CPU seconds of the threads still alive after it, by name: Zarr's event
    loop (``zarr_io``), the worker threads it hands each chunk to (``asyncio_*``), Dask's pool
    (``ThreadPoolExecutor-*``); a pass's own threads have ended by then and are not listed.
@@ -67,6 +69,24 @@ def _reads(directory: Path) -> None:
                   f"{time.process_time() - cpu0:.2f} CPU s (load {_load()})", flush=True)
 
 
+def _takes(directory: Path) -> None:
+    source = as_row_source(directory / "X.zarr")
+    rng = np.random.default_rng(0)
+    idx = [rng.integers(0, source.n_rows, 2) for _ in range(1000)]
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for rows in idx:
+        source.take(rows)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    run = 3125
+    starts = rng.choice(source.n_rows // run, 160, replace=False) * run
+    runs = np.sort(np.concatenate([np.arange(s, s + run) for s in starts]))
+    t1, cpu1 = time.perf_counter(), time.process_time()
+    source._take_sorted(runs)
+    print(f"1,000 takes of 2 random rows of X: {wall:.2f} s, {cpu:.2f} CPU s; 500,000 rows in "
+          f"160 runs: {time.perf_counter() - t1:.2f} s, {time.process_time() - cpu1:.2f} CPU s "
+          f"(load {_load()})", flush=True)
+
+
 def _passes(directory: Path) -> None:
     import dask.array as da
 
@@ -99,6 +119,7 @@ def main(argv=None) -> None:
     warnings.filterwarnings("ignore")
     directory = args.dir / f"logistic_{int(args.rows)}x10"
     _reads(directory)
+    _takes(directory)
     _passes(directory)
 
 

@@ -39,6 +39,9 @@ def test_chunks_read_synchronously_are_zarrs_rows(codecs, tmp_path):
     source = as_row_source(array)
     for start, stop in ((0, 1003), (150, 420), (1000, 1003)):
         np.testing.assert_array_equal(source._slice(start, stop), ref[start:stop])
+    idx = np.array([1002, 5, 999, 17, 5, 350, 351, 0])  # repeats, the last partial chunk
+    np.testing.assert_array_equal(source.take(idx), ref[idx])
+    np.testing.assert_array_equal(source._take_sorted(np.arange(0, 1003, 7)), ref[::7])
 
 
 def test_missing_chunks_and_other_layouts_are_zarrs_own(tmp_path):
@@ -52,6 +55,7 @@ def test_missing_chunks_and_other_layouts_are_zarrs_own(tmp_path):
     assert reader.read(3) is None
     expected = np.where(np.arange(20)[:, None] < 10, ref, -1.0)
     np.testing.assert_array_equal(as_row_source(array)._slice(0, 20), expected)
+    np.testing.assert_array_equal(as_row_source(array).take(np.array([2, 17])), expected[[2, 17]])
     split = _store(tmp_path / "s", ref, chunks=(5, 1))
     sharded = _store(tmp_path / "h", ref, chunks=(5, 2), shards=(10, 2))
     assert SyncChunkReader.of(split) is None and SyncChunkReader.of(sharded) is None

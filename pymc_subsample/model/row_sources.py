@@ -337,7 +337,8 @@ class ChunkedSource(RowSource):
 
 class ZarrSource(ChunkedSource):
     """A Zarr array: consecutive rows read as whole chunks (:class:`ChunkedSource`), other
-    rows by orthogonal selection (each chunk holding asked rows read once)."""
+    rows from the chunks that hold them, each read once (:class:`SyncChunkReader` where it
+    applies, else Zarr's orthogonal selection)."""
 
     def __init__(self, array) -> None:
         self.array = array
@@ -351,28 +352,46 @@ class ZarrSource(ChunkedSource):
             self._bounds = bounds
         return bounds
 
-    def _read_chunks(self, first: int, stop: int) -> np.ndarray:
-        # without Zarr's event loop where its store and codecs allow (SyncChunkReader): its
-        # per-chunk bookkeeping holds the GIL and cost more than decoding 4,096-row chunks
+    def _sync_reader(self) -> SyncChunkReader | None:
+        """Whole chunks without Zarr's event loop where its store and codecs allow: its
+        per-chunk bookkeeping holds the GIL and cost more than decoding 4,096-row chunks."""
         reader = self.__dict__.get("_reader")
         if reader is None:
             reader = self._reader = SyncChunkReader.of(self.array) or False
+        return reader or None
+
+    def _gather(self, chunks: np.ndarray, out_rows: list[slice], rows: list) -> np.ndarray | None:
+        """Rows ``rows[j]`` of chunk ``chunks[j]`` into ``out_rows[j]`` of a new array, each
+        chunk copied out as soon as decoded (its memory reused for the next one: holding a
+        block's chunks to concatenate them cost page faults on fresh memory); None if a chunk
+        was never written (Zarr's slicing gives its fill value) or without a reader."""
+        reader = self._sync_reader()
+        if reader is None:
+            return None
+        out = np.empty((out_rows[-1].stop, *self.shape[1:]), dtype=self.dtype)
+        for k, where, which in zip(chunks, out_rows, rows, strict=True):
+            values = reader.read(int(k))
+            if values is None:
+                return None
+            out[where] = values[which]
+        return out
+
+    def _read_chunks(self, first: int, stop: int) -> np.ndarray:
         bounds = self._chunk_bounds()
-        if reader:
-            # each chunk copied out as soon as decoded: its memory is reused for the next one
-            # (holding a block's chunks to concatenate them cost page faults on fresh memory)
-            out = np.empty((bounds[stop] - bounds[first], *self.shape[1:]), dtype=self.dtype)
-            for k in range(first, stop):
-                rows = reader.read(k)
-                if rows is None:  # a chunk never written: Zarr gives its fill value
-                    break
-                out[bounds[k] - bounds[first] : bounds[k + 1] - bounds[first]] = rows
-            else:
-                return out
-        return np.asarray(self.array[bounds[first] : bounds[stop]])
+        chunks = range(first, stop)
+        out = self._gather(chunks, [slice(bounds[k] - bounds[first], bounds[k + 1] - bounds[first])
+                                    for k in chunks], [slice(None)] * len(chunks))
+        return out if out is not None else np.asarray(self.array[bounds[first] : bounds[stop]])
 
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(self.array.get_orthogonal_selection((rows,)))
+        bounds = self._chunk_bounds()
+        chunks, first = np.unique(self._chunk_of(rows), return_index=True)
+        last = np.append(first[1:], rows.size)  # rows are sorted: a chunk's are a run
+        out = self._gather(chunks, [slice(a, b) for a, b in zip(first, last, strict=True)],
+                           [rows[a:b] - bounds[k] for k, a, b in zip(chunks, first, last,
+                                                                     strict=True)])
+        return out if out is not None else np.asarray(
+            self.array.get_orthogonal_selection((rows,)))
 
     def user_value(self):
         return _require("dask.array").array.from_zarr(self.array)
