@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from pymc_subsample.errors import SubsamplingModelError
+from pymc_subsample.model.file_read_ahead import FileReadAhead
+from pymc_subsample.model.zarr_chunks import SyncChunkReader
 
 __all__ = ["ArraySource", "ChunkedSource", "DaskSource", "RowSource", "ZarrSource",
            "as_row_source"]
@@ -246,7 +248,13 @@ class ArraySource(RowSource):
         return self.path is not None
 
     def read_block(self, idx: np.ndarray) -> np.ndarray:
-        # a copy, so that the file's pages are read here and not when the pass computes
+        # a copy, so that the file's pages are read here and not when the pass computes; the
+        # kernel asked to read the next blocks meanwhile (FileReadAhead)
+        ahead = self.__dict__.get("_ahead")
+        if ahead is None and self.path is not None:
+            ahead = self._ahead = FileReadAhead.of(self.array) or False
+        if ahead and idx.size:
+            ahead.before_reading(int(idx[-1]) + 1)
         return np.array(self.take(idx))
 
     def graph_value(self) -> np.ndarray:
@@ -324,12 +332,13 @@ class ChunkedSource(RowSource):
     def __getstate__(self) -> dict:
         # what a process reads is its own (PyMC pickles the step for each worker)
         return {k: v for k, v in super().__getstate__().items()
-                if k not in ("_kept", "_tasks", "_bounds")}
+                if k not in ("_kept", "_tasks", "_bounds", "_reader", "_behind")}
 
 
 class ZarrSource(ChunkedSource):
     """A Zarr array: consecutive rows read as whole chunks (:class:`ChunkedSource`), other
-    rows by orthogonal selection (each chunk holding asked rows read once)."""
+    rows from the chunks that hold them, each read once (:class:`SyncChunkReader` where it
+    applies, else Zarr's orthogonal selection)."""
 
     def __init__(self, array) -> None:
         self.array = array
@@ -343,12 +352,46 @@ class ZarrSource(ChunkedSource):
             self._bounds = bounds
         return bounds
 
+    def _sync_reader(self) -> SyncChunkReader | None:
+        """Whole chunks without Zarr's event loop where its store and codecs allow: its
+        per-chunk bookkeeping holds the GIL and cost more than decoding 4,096-row chunks."""
+        reader = self.__dict__.get("_reader")
+        if reader is None:
+            reader = self._reader = SyncChunkReader.of(self.array) or False
+        return reader or None
+
+    def _gather(self, chunks: np.ndarray, out_rows: list[slice], rows: list) -> np.ndarray | None:
+        """Rows ``rows[j]`` of chunk ``chunks[j]`` into ``out_rows[j]`` of a new array, each
+        chunk copied out as soon as decoded (its memory reused for the next one: holding a
+        block's chunks to concatenate them cost page faults on fresh memory); None if a chunk
+        was never written (Zarr's slicing gives its fill value) or without a reader."""
+        reader = self._sync_reader()
+        if reader is None:
+            return None
+        out = np.empty((out_rows[-1].stop, *self.shape[1:]), dtype=self.dtype)
+        for k, where, which in zip(chunks, out_rows, rows, strict=True):
+            values = reader.read(int(k))
+            if values is None:
+                return None
+            out[where] = values[which]
+        return out
+
     def _read_chunks(self, first: int, stop: int) -> np.ndarray:
         bounds = self._chunk_bounds()
-        return np.asarray(self.array[bounds[first] : bounds[stop]])
+        chunks = range(first, stop)
+        out = self._gather(chunks, [slice(bounds[k] - bounds[first], bounds[k + 1] - bounds[first])
+                                    for k in chunks], [slice(None)] * len(chunks))
+        return out if out is not None else np.asarray(self.array[bounds[first] : bounds[stop]])
 
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(self.array.get_orthogonal_selection((rows,)))
+        bounds = self._chunk_bounds()
+        chunks, first = np.unique(self._chunk_of(rows), return_index=True)
+        last = np.append(first[1:], rows.size)  # rows are sorted: a chunk's are a run
+        out = self._gather(chunks, [slice(a, b) for a, b in zip(first, last, strict=True)],
+                           [rows[a:b] - bounds[k] for k, a, b in zip(chunks, first, last,
+                                                                     strict=True)])
+        return out if out is not None else np.asarray(
+            self.array.get_orthogonal_selection((rows,)))
 
     def user_value(self):
         return _require("dask.array").array.from_zarr(self.array)
@@ -418,7 +461,28 @@ class DaskSource(ChunkedSource):
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
         return held > SPARSE_FACTOR * rows and held * row_bytes > SPARSE_BYTES
 
+    def _zarr_behind(self) -> ZarrSource | None:
+        """The Zarr array this Dask array reads as it is, as a :class:`ZarrSource`, while no
+        scheduler is set (no ``dask.distributed`` client): else None.
+
+        ``dask.array.from_zarr(z)`` (its own chunks, nothing computed on it) is read from
+        ``z`` directly: Dask's threaded scheduler cost about 1 ms of CPU a chunk, most of a
+        pass over 4,096-row chunks (``docs/benchmarks.md``). The array is recognised by its
+        name, a deterministic token of ``z`` and the chunks (``from_zarr``'s own), so any
+        other graph over the same store is computed by Dask.
+        """
+        import dask
+
+        if dask.config.get("scheduler", None) is not None:
+            return None
+        behind = self.__dict__.get("_behind")
+        if behind is None:
+            self._behind = behind = _zarr_of(self.array) or False
+        return behind or None
+
     def _slice(self, start: int, stop: int) -> np.ndarray:
+        if self._zarr_behind() is not None:
+            return super()._slice(start, stop)
         bounds = self._chunk_bounds()
         first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
         kept = self.__dict__.get("_kept")
@@ -428,6 +492,8 @@ class DaskSource(ChunkedSource):
         return super()._slice(start, stop)
 
     def _read_chunks(self, first: int, stop: int) -> np.ndarray:
+        if (behind := self._zarr_behind()) is not None:  # the same chunks
+            return behind._read_chunks(first, stop)
         parts = [np.asarray(p) for p in self._compute(slice(first, stop))]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -435,6 +501,8 @@ class DaskSource(ChunkedSource):
         """The rows ``rows`` from the chunks that hold them, computed :data:`GATHER_BYTES` of
         chunks at a time (rows scattered over every chunk never hold the whole array), or by
         Dask's indexing when they are a small part of large chunks (:data:`SPARSE_FACTOR`)."""
+        if (behind := self._zarr_behind()) is not None:
+            return behind._take_sorted(rows)
         bounds = self._chunk_bounds()
         chunks, first = np.unique(self._chunk_of(rows), return_index=True)
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
@@ -460,6 +528,23 @@ class DaskSource(ChunkedSource):
 
     def user_value(self):
         return self.array
+
+
+def _zarr_of(array) -> ZarrSource | None:
+    """The Zarr array ``array`` is ``dask.array.from_zarr`` of, with its default chunks and
+    nothing computed on it, as a :class:`ZarrSource`; else None."""
+    import dask.array as da
+
+    try:
+        import zarr
+    except ImportError:
+        return None
+    # from_zarr keeps the Zarr array as the one value of a layer of its own
+    held = [value for layer in array.__dask_graph__().layers.values() if len(layer) == 1
+            for value in layer.values() if isinstance(value, zarr.Array)]
+    if len(held) != 1 or da.from_zarr(held[0]).name != array.name:
+        return None
+    return ZarrSource(held[0])
 
 
 def as_row_source(value) -> RowSource:
