@@ -127,6 +127,7 @@ PYMC_NUTS = {
     # tensorflow-probability installed
     "censored_normal_both": "no JAX erfcx",
     "truncated_normal": "no JAX erfcx",
+    "truncated_normal_offset": "no JAX erfcx",
 }
 
 

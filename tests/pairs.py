@@ -112,8 +112,10 @@ def points_inside(rng, lo, hi):
 
 def step_remainder_shares(step, rng: np.random.Generator, n_pairs: int = 20) -> list[float]:
     """An MHSS step's bound on random pairs inside its region: ``|ξ_i| ≤ c_i M`` on every
-    row and ``M`` the same both ways (asserted); returns each pair's ``Σ|ξ_i| / (Σc_i M)``,
-    so that a test can check the pairs reach where the remainder is a visible share."""
+    row and ``M`` the same both ways (asserted), or, for a step with a rate bound (the
+    shared-scale bound of a sampled σ), ``|ξ_i|`` under its per-row rates, the same both ways;
+    returns each pair's ``Σ|ξ_i| / Σ(bound)``, so that a test can check the pairs reach where
+    the remainder is a visible share."""
     lik, frame, cv = step.likelihood, step.frame, step.control_variate
     every = np.arange(lik.n_rows, dtype=np.int64)
     consts = np.asarray(step.row_constants, dtype=np.float64)
@@ -123,10 +125,16 @@ def step_remainder_shares(step, rng: np.random.Generator, n_pairs: int = 20) -> 
         phi = u / np.linalg.norm(u) * rng.uniform(0.0, step.region_radius)
         phi_new = v / np.linalg.norm(v) * rng.uniform(0.0, step.region_radius)
         theta, theta_new = frame.unwhiten(phi), frame.unwhiten(phi_new)
-        m = step._remainder_scale(theta, theta_new, phi, phi_new)
-        back = step._remainder_scale(theta_new, theta, phi_new, phi)
-        assert np.isclose(m, back, rtol=1e-12, atol=0.0), (m, back)
+        if step.rate_bound is None:
+            m = step._remainder_scale(theta, theta_new, phi, phi_new)
+            back = step._remainder_scale(theta_new, theta, phi_new, phi)
+            assert np.isclose(m, back, rtol=1e-12, atol=0.0), (m, back)
+            bound = consts * m
+        else:
+            bound = step.rate_bound.rates(phi, phi_new).row_rates(every)
+            back = step.rate_bound.rates(phi_new, phi).row_rates(every)
+            np.testing.assert_allclose(bound, back, rtol=1e-12, atol=0.0)
         xi = np.abs(cv.remainder(theta, theta_new, every))
-        assert np.all(xi <= consts * m)
-        shares.append(xi.sum() / (consts.sum() * m))
+        assert np.all(xi <= bound)
+        shares.append(xi.sum() / bound.sum())
     return shares

@@ -83,6 +83,22 @@ def truncated_normal(n: int, seed: int = 0) -> pm.Model:
     return model
 
 
+def truncated_normal_offset(n: int, seed: int = 0) -> pm.Model:
+    """A Normal truncated below at a = −0.5, about half its means below a: its normaliser
+    reads ``a − μ`` and its density ``y − μ``, one predictor ``μ`` (data drawn from the
+    model, by rejection)."""
+    rng, X = _design(n, seed)
+    eta = X @ np.array([-0.5, 0.3, -0.2])
+    y = eta + 0.8 * rng.normal(size=n)
+    while np.any(bad := y < -0.5):
+        y[bad] = eta[bad] + 0.8 * rng.normal(size=int(bad.sum()))
+    with pm.Model() as model:
+        b = _coef()
+        s = pm.HalfNormal("s", 1.0)
+        pm.Truncated("y", pm.Normal.dist(X @ b, s), lower=-0.5, observed=y)
+    return model
+
+
 def truncated_poisson(n: int, seed: int = 0) -> pm.Model:
     """A zero-truncated Poisson (a TruncatedRV with a discrete base)."""
     rng, X = _design(n, seed)
@@ -384,7 +400,8 @@ MODELS: dict[str, Callable[..., pm.Model]] = {
     f.__name__: f
     for f in (
         censored_weibull_right, censored_normal_left, censored_normal_both,
-        censored_exponential_right, truncated_normal, truncated_poisson, hurdle_poisson,
+        censored_exponential_right, truncated_normal, truncated_normal_offset,
+        truncated_poisson, hurdle_poisson,
         hurdle_negative_binomial, hurdle_gamma, hurdle_lognormal, zero_inflated_poisson,
         zero_inflated_negative_binomial, zero_inflated_binomial, mixture_per_row_weights,
         mixture_per_row_components, normal_mixture, ordered_logistic, ordered_probit,
@@ -401,7 +418,8 @@ AUTOMATIC: tuple[str, ...] = (
     "binomial_trials_array", "beta_binomial_trials", "lognormal", "beta", "exponential",
     "weibull", "censored_weibull_right", "censored_exponential_right", "zero_inflated_poisson",
     "hurdle_lognormal", "normal_mixture", "ordered_logistic", "censored_normal_both",
-    "categorical_reference_zeros", "hurdle_poisson", "truncated_normal", "ordered_probit",
+    "categorical_reference_zeros", "hurdle_poisson", "truncated_normal",
+    "truncated_normal_offset", "ordered_probit",
     "zero_inflated_negative_binomial", "hurdle_negative_binomial",
 )
 #: coefficients ``b`` of the models where they are not ``D + 1``

@@ -162,9 +162,10 @@ def test_hurdle_negative_binomial_row_term_is_read_with_the_ops():
 @pytest.mark.long  # 110–125 s each on a cold compile cache (loaded)
 @pytest.mark.parametrize("name", ["hurdle_negative_binomial", "zero_inflated_negative_binomial"])
 def test_step_rates_bound_every_remainder(name):
-    """MHSS on 2,000 rows: on random pairs inside the region, ``|ξ_i| ≤ c_i M`` on every
-    row and ``M`` the same both ways (the likelihood's row terms, with PyMC's gammaln and
-    ``I_p(α, 1)`` as ``p^α``, not the automatic bound's rewritten term)."""
+    """MHSS on 2,000 rows: on random pairs inside the region, ``|ξ_i|`` under the step's
+    rates on every row (``c_i M``, or the shared-scale bound's), the same both ways (the
+    likelihood's row terms, with PyMC's gammaln and ``I_p(α, 1)`` as ``p^α``, not the
+    automatic bound's rewritten term)."""
     model = row_models.MODELS[name](2000, seed=4)
     with model:
         step = pms.MHSS()

@@ -197,11 +197,12 @@ def test_mixture_with_a_sampled_scale_is_read_through_its_predictors():
     """A sampled σ shared by the components reaches the class axis as a length-one vector
     whose axis a DimShuffle drops: read as one column, so the row term has three predictors
     (two means and log σ), not an unreadable two-axis array; three are within
-    ``MAX_MIXTURE_PREDICTORS`` (four are refused: tests/test_bad_inputs.py)."""
+    ``MAX_MIXTURE_PREDICTORS`` (four are refused: tests/test_bad_inputs.py). (Means ``m`` and
+    ``m + 1``, offsets of one ``m``, would be one predictor.)"""
     with pm.Model() as model:
-        m = pm.Normal("m", 0, 1)
+        m = pm.Normal("m", [-1.0, 1.0], 1.0, shape=2)  # priors apart: no label switching
         s = pm.HalfNormal("s", 1.0)
-        pm.NormalMixture("y", w=[0.5, 0.5], mu=pm.math.stack([m, m + 1]), sigma=s,
+        pm.NormalMixture("y", w=[0.5, 0.5], mu=pm.math.stack([m[0], m[1]]), sigma=s,
                          observed=RNG.normal(size=60))
     with model:
         step = pms.MHSS(progressbar=False)

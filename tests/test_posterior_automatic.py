@@ -5,8 +5,9 @@ BetaBinomial, LogNormal, Beta, Exponential and Weibull (plain and right-censored
 a zero-inflated Poisson, a hurdle LogNormal and a hurdle Poisson, a two-component Normal
 mixture, ordinal logit with sampled cutpoints, a Normal censored on both sides with a sampled σ
 (Tobit), a multinomial logit with a reference class (K = 3, coefficients ``b`` a matrix), a
-truncated Normal with a sampled σ, ordinal probit with sampled cutpoints, and hurdle and
-zero-inflated negative binomials with a sampled dispersion —
+truncated Normal with a sampled σ (at 0, and at −0.5 with about half its means below it),
+ordinal probit with sampled cutpoints, and hurdle and zero-inflated negative binomials with a
+sampled dispersion —
 as a plain PyMC model with ``pms.MHSS()`` and no arguments, at N = 20,000 rows, against the
 stored NUTS references of ``tests/make_glm_references.py`` (4 × 2,500 draws): every
 coordinate of every free variable within 4.5 combined MCSEs, sd within 10 %, nothing clipped,

@@ -18,6 +18,7 @@ a kink of a predictor (``abs``), or an op the interval evaluator has no rule for
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -440,12 +441,15 @@ def _unscaled(found: list[Variable], reader: _Reader) -> list[Variable]:
     (``c_k`` a cutpoint), so that each cutpoint and ``η`` are one predictor each, not one per
     combination. A constant multiple ``c·q`` (``−q`` among them) is read as ``q``: a
     truncated Normal's ``(a − μ)/σ`` appears as ``−μ``, ``−μ/√2`` and ``μ/√2`` after
-    PyTensor's rewrites, one predictor ``μ`` (then ``y − μ`` beside it is ``μ`` too)."""
+    PyTensor's rewrites, one predictor ``μ`` (then ``y − μ`` beside it is ``μ`` too). Two
+    offsets ``c ± q`` of the same ``q`` by θ-free terms (a constant, row data) are read as
+    ``q``: a truncated Normal's ``a − μ`` and ``y − μ``, one predictor ``μ``."""
     out = list(found)
     changed = True
     while changed:
         changed = False
         cores = {_core(v) for v in out}
+        offsets = Counter(_core(q) for v in out if (q := _offset_of(v, reader)) is not None)
         new: list[Variable] = []
         for var in out:
             scalar = scalar_op(var)
@@ -465,6 +469,14 @@ def _unscaled(found: list[Variable], reader: _Reader) -> list[Variable]:
             elif moving and any(_core(v) in cores and _core(v) is not var for v in moving):
                 parts = moving
             elif (isinstance(scalar, ps.Add | ps.Sub) and len(moving) == 1
+                  and offsets[_core(moving[0])] > 1):
+                # a − μ and y − μ (a truncated Normal's normaliser and density), both
+                # offsets of one μ: read as μ, so that the derivatives of the two parts are
+                # taken in one variable and cancel where they do (for μ far below a, the
+                # normaliser's (a − μ)²/2σ² against the density's (y − μ)²/2σ²), rather
+                # than bounded apart as two predictors
+                parts = moving
+            elif (isinstance(scalar, ps.Add | ps.Sub) and len(moving) == 1
                   and _scaled_elsewhere(moving[0], cores, reader)):
                 # y·q − log y! (a Poisson's terms once PyMC's guard on e^η = 0 is gone) with q
                 # found elsewhere: y·q, then q; the row data stay in the row term
@@ -473,6 +485,15 @@ def _unscaled(found: list[Variable], reader: _Reader) -> list[Variable]:
             new.extend(v for v in parts if v not in new)
         out = new
     return out
+
+
+def _offset_of(var: Variable, reader: _Reader) -> Variable | None:
+    """``q`` when ``var`` is ``c ± q`` (or ``q ± c``) with ``c`` free of ``θ`` (a constant or
+    row data) and ``q`` its one input that depends on ``θ``; else ``None``."""
+    if not isinstance(scalar_op(var), ps.Add | ps.Sub):
+        return None
+    moving = [v for v in var.owner.inputs if reader.depends(v)]
+    return moving[0] if len(moving) == 1 else None
 
 
 def _scaled_elsewhere(var: Variable, cores: set[Variable], reader: _Reader) -> bool:
