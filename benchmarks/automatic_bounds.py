@@ -23,6 +23,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from scipy.special import erf
 
 import pymc_subsample as pms
 from pymc_subsample.compare import time_to_ess
@@ -140,6 +141,23 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
             y = (u > np.cumsum(p / p.sum(1, keepdims=True), 1)).sum(1)
             pm.Categorical("y", logit_p=pt.concatenate(
                 [pt.zeros((n, 1)), pm.Data("X", X) @ B], axis=1), observed=y)
+        elif name == "censored_exponential":  # right-censored at the 70 % quantile
+            t = rng.exponential(np.exp(eta))
+            c = float(np.quantile(t, 0.7))
+            pm.Censored("y", pm.Exponential.dist(lam=pm.math.exp(-lin)), lower=None, upper=c,
+                        observed=np.minimum(t, c))
+        elif name == "normal_mixture":  # two components, means eta and eta + 2, 30 % / 70 %
+            shift = pm.Normal("shift", 0.0, 5.0)
+            mu = pt.stack([lin, lin + shift], axis=-1)
+            pm.NormalMixture("y", w=[0.7, 0.3], mu=mu, sigma=0.8, observed=eta + np.where(
+                rng.random(n) < 0.3, 2.0, 0.0) + 0.8 * rng.normal(size=n))
+        elif name == "bernoulli_probit":
+            pm.Bernoulli("y", p=pm.math.invprobit(lin),
+                         observed=rng.random(n) < 0.5 * (1 + erf(eta / np.sqrt(2))))
+        elif name == "poisson_softplus":
+            pm.Poisson("y", mu=pm.math.log1pexp(lin), observed=rng.poisson(np.logaddexp(0, eta)))
+        elif name == "normal_identity":
+            pm.Normal("y", mu=lin, sigma=0.8, observed=eta + 0.8 * rng.normal(size=n))
         elif name == "logistic":
             pm.Bernoulli("y", logit_p=lin, observed=rng.binomial(1, 1 / (1 + np.exp(-eta))))
         elif name == "poisson_log":
@@ -204,9 +222,10 @@ def main() -> None:
            "censored_weibull", "zero_inflated_poisson", "hurdle_poisson", "hurdle_lognormal",
            "ordered_logistic", "multinomial_logit", "tobit", "censored_normal_both",
            "truncated_normal", "ordered_probit", "hurdle_negative_binomial",
-           "zero_inflated_negative_binomial"]
+           "zero_inflated_negative_binomial", "censored_exponential", "normal_mixture"]
+    hand = ["bernoulli_probit", "poisson_softplus", "normal_identity"]
     both = ["logistic", "poisson_log", "normal_sigma"]
-    cases = [(f, False) for f in new] + [(f, a) for f in both for a in (False, True)]
+    cases = [(f, False) for f in new + hand] + [(f, a) for f in both for a in (False, True)]
     if args.families:
         cases = [c for c in cases if c[0] in args.families]
     print(f"N = {args.rows:,}, d = {D}, 2 chains x {args.draws} draws after 1000 tuning")
