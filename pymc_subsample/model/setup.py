@@ -234,7 +234,7 @@ def build_setup(
     # one BLAS thread for the setup passes: their products are thin (chunk × d) and a
     # threaded BLAS on a busy machine, or under pm.sample(cores>1), is up to 50× slower.
     # No creation stack kept on the graph nodes the setup makes (derivative graphs, the
-    # rewrites of compiling): walking the stack for each of them was about a quarter of
+    # rewrites of compiling): walking the stack for each of them was about a third of
     # building an ordinal probit's derivatives, and they point into this package anyway
     with threadpool_limits(limits=1, user_api="blas"), \
             pytensor.config.change_flags(traceback__limit=0):
