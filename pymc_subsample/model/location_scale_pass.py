@@ -31,6 +31,11 @@ from pymc_subsample.model.predictors import PredictorTerm, check_finite_suprema
 __all__ = ["LocationScalePass"]
 
 
+def _shared_row(x: np.ndarray) -> np.ndarray | None:
+    """The one row of a predictor's rows broadcast from a single row (stride 0), else None."""
+    return x[0] if x.shape[0] > 0 and x.strides[0] == 0 else None
+
+
 class LocationScalePass(GLMPass):
     """:class:`GLMPass` for rows with several predictors: a location, a log-scale and any
     further ones (a Student-t's ``log ν``).
@@ -97,14 +102,28 @@ class LocationScalePass(GLMPass):
     def _term_sums(self, piece: tuple) -> tuple[np.ndarray, np.ndarray]:
         """``Σ_j f_j a_j`` and ``Σ_{j,k} f_jk a_ja_kᵀ`` of one variable on a block."""
         rows, grad, hess, *_ = piece
-        g = sum(x.T @ f for x, f in zip(rows, grad, strict=True))
+        # a predictor shared by all rows (a scale, ψ, log α) has one row, broadcast: its
+        # products are that row times a sum, O(n) instead of O(n·d²) per pair (the three
+        # predictors of a hurdle negative binomial: 2.5 of the 5 s of its passes at 10⁶)
+        shared = [_shared_row(x) for x in rows]
+        g = sum(x.T @ f if a is None else a * np.sum(f)
+                for x, a, f in zip(rows, shared, grad, strict=True))
         h = 0.0
         for (j, k), f in zip(upper_pairs(len(rows)), hess, strict=True):
+            a, b = shared[j], shared[k]
             if j == k:
-                h = h + weighted_gram(rows[j], f)
-            else:
+                block = weighted_gram(rows[j], f) if a is None else np.sum(f) * np.outer(a, a)
+                h = h + block
+                continue
+            if a is None and b is None:
                 block = rows[j].T @ (f[:, None] * rows[k])
-                h = h + block + block.T
+            elif a is None:
+                block = np.outer(rows[j].T @ f, b)
+            elif b is None:
+                block = np.outer(a, rows[k].T @ f)
+            else:
+                block = np.sum(f) * np.outer(a, b)
+            h = h + block + block.T
         return g, h
 
     def _constants_store(self, order: int, levels: int):
@@ -125,7 +144,7 @@ class LocationScalePass(GLMPass):
                              "only: pass whiten_rows")
         rows, _, _, preds, y, params = piece
         # one σ (ν) for all rows: one whitened row ℓ, exactly the same on every row
-        shared = all(bool(np.all(x == x[:1])) for x in rows[1:])
+        shared = all(_shared_row(x) is not None or bool(np.all(x == x[:1])) for x in rows[1:])
         whitened = [whiten_rows(rows[0])]
         for x in rows[1:]:
             whitened.append(np.broadcast_to(whiten_rows(x[:1]), x.shape) if shared

@@ -370,7 +370,7 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
             f"for at most {MAX_MIXTURE_PREDICTORS} (their graphs grow too large to "
             "simplify in reasonable time)")
     # the predictors with one value per row first (the shared-scale bound's order)
-    cores.sort(key=lambda v: v.type.ndim == 0 or v.type.shape == (1,))
+    cores.sort(key=_is_shared)
     placeholders = [pt.vector(f"p{j}", dtype="float64") for j in range(len(cores))]
     by_core = dict(zip(cores, placeholders, strict=True))
     replace = {var: pt.cast(by_core[_core(var)], var.type.dtype) for var in found}
@@ -420,8 +420,12 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
             name, f"its row term (a {_dist_name(block)}) goes through the op "
             f"{err.op_name}, which the automatic bound has no interval rule for") from None
     predictors = tuple(pt.cast(pt.broadcast_to(c, (n_rows,)), "float64") for c in cores)
+    # a predictor shared by all rows (ψ, log α, a scale) has one row ∂p/∂θ, not n copies of
+    # it: the pass broadcasts it, and sums its products in O(n) (LocationScalePass._term_sums)
+    derived = tuple(pt.cast(pt.reshape(c, (1,)), "float64") if _is_shared(c) else p
+                    for c, p in zip(cores, predictors, strict=True))
     try:
-        predictor_rows = tuple(rows_of_affine(name, p, lik.theta) for p in predictors)
+        predictor_rows = tuple(rows_of_affine(name, p, lik.theta) for p in derived)
     except SubsamplingModelError:
         raise unsupported(name, "a part of its row term read as a predictor is not affine "
                           "in the sampled parameters") from None
@@ -431,6 +435,11 @@ def _predictor_term(lik: SubsampledLikelihood, block, graph: Variable, rows: set
 
 #: the negative binomial's dispersion ops (:data:`DISPERSION_PIECES`)
 _DISPERSION_OPS = (LogRisingFactorial, NegativeBinomialZeroRate)
+
+
+def _is_shared(core: Variable) -> bool:
+    """Whether a predictor is one value for all rows (a scalar or a length-1 vector)."""
+    return core.type.ndim == 0 or core.type.shape == (1,)
 
 
 def _unscaled(found: list[Variable], reader: _Reader) -> list[Variable]:

@@ -235,7 +235,7 @@ def check_rows_independent(lik) -> None:
     sets = [next(iter(lik.row_chunks())), *probe_rows(lik)]
     if lik.gathered or lik.n_rows > FULL_REFERENCE_ROWS:
         ref_rows = np.unique(np.concatenate(sets))
-        terms_fn = lik.compile([lik.theta, lik.idx], ours, once=True)
+        terms_fn = lik.compile([lik.theta, lik.idx], ours, once=True, many_rows=True)
 
         def run(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list:
             refs = list(terms_fn(theta, ref_rows)) if with_ref else []
@@ -251,7 +251,8 @@ def check_rows_independent(lik) -> None:
             ifelse(want_ref, r, pt.zeros((0,), dtype=r.dtype))
             for r in lik.in_theta(_model_row_terms(lik))
         ]
-        check_fn = lik.compile([lik.theta, lik.idx, want_ref], [*ours, *refs], once=True)
+        check_fn = lik.compile([lik.theta, lik.idx, want_ref], [*ours, *refs], once=True,
+                               many_rows=True)
 
         def run(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list:
             return check_fn(theta, rows, np.bool_(with_ref))

@@ -114,7 +114,9 @@ class TabulatedRemainder:
         else:
             rows, predictors = list(term.predictor_rows), list(term.predictors)
             _, grad, hess = location_scale_terms(term, *predictors)
-        rows = pt.concatenate([pt.reshape(r, (n, lik.dim)) for r in rows], axis=1)
+        # a predictor shared by all rows has one row (PredictorTerm.predictor_rows)
+        rows = pt.concatenate([pt.broadcast_to(pt.reshape(r, (-1, lik.dim)), (n, lik.dim))
+                               for r in rows], axis=1)
         # the Hessian's entries with their weights in ½ uᵀHu: ½ on the diagonal, 1 off it
         hess = [h * (0.5 if j == k else 1.0)
                 for h, (j, k) in zip(hess, upper_pairs(len(predictors)), strict=True)]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+import pytensor
 from pymc.initial_point import make_initial_point_fn
 from pytensor.graph.utils import MethodNotDefined
 from threadpoolctl import threadpool_limits
@@ -231,8 +232,12 @@ def build_setup(
     ``default_target_accept``, ``needs_reference_point``); ``data_pass`` makes the reference
     fit's pass; ``bound_order`` is the Taylor order of the row constants it computes, if any."""
     # one BLAS thread for the setup passes: their products are thin (chunk × d) and a
-    # threaded BLAS on a busy machine, or under pm.sample(cores>1), is up to 50× slower
-    with threadpool_limits(limits=1, user_api="blas"):
+    # threaded BLAS on a busy machine, or under pm.sample(cores>1), is up to 50× slower.
+    # No creation stack kept on the graph nodes the setup makes (derivative graphs, the
+    # rewrites of compiling): walking the stack for each of them was about a third of
+    # building an ordinal probit's derivatives, and they point into this package anyway
+    with threadpool_limits(limits=1, user_api="blas"), \
+            pytensor.config.change_flags(traceback__limit=0):
         return _build(vars, model, cv_order, temperature, proposal, map_point, proposal_cov,
                       scaling, df, target_accept, default_target_accept, row_cost, init,
                       map_tolerance, compile_kwargs, needs_reference_point, data_pass,
