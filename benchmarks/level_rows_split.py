@@ -45,6 +45,9 @@ import warnings
 import numpy as np
 import pymc as pm
 
+# the sibling script's crossed data (run from the repository: benchmarks/ is on sys.path)
+from many_levels import crossed_data
+
 import pymc_subsample as pms
 from pymc_subsample.bounds import CrossedBound, LevelBound
 from pymc_subsample.bounds.levels import LEVEL_WEIGHT, ORDER_FACTOR
@@ -57,17 +60,6 @@ warnings.filterwarnings("ignore")
 L2, L3 = math.sqrt(3.0) / 18.0, 1.0 / 8.0
 #: where |f‴| of the logistic peaks: log(2 + √3)
 F3_PEAK = math.log(2.0 + math.sqrt(3.0))
-
-
-def crossed_data(n: int, dim: int, groups: int, groups2: int, seed: int):
-    """The data of ``benchmarks/many_levels.py``'s crossed model (the same draws)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, dim))
-    X[:, 0] = 1.0
-    group, group2 = rng.integers(0, groups, n), rng.integers(0, groups2, n)
-    eta = (X @ (rng.normal(size=dim) / np.sqrt(dim)) + 0.5 * rng.normal(size=groups)[group]
-           + 0.5 * rng.normal(size=groups2)[group2])
-    return X, group, group2, rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
 
 
 def abs_f3_sup(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

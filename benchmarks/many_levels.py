@@ -43,15 +43,21 @@ from pymc_subsample.compare import time_to_ess
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 
 
-def crossed_model(n: int, dim: int, groups: int, groups2: int, seed: int) -> pm.Model:
-    """Random intercepts on two crossed factors (module docstring)."""
+def crossed_data(n: int, dim: int, groups: int, groups2: int, seed: int):
+    """``X, group, group2, y`` of random intercepts on two crossed factors (module
+    docstring)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, dim))
     X[:, 0] = 1.0
     group, group2 = rng.integers(0, groups, n), rng.integers(0, groups2, n)
     eta = (X @ (rng.normal(size=dim) / np.sqrt(dim)) + 0.5 * rng.normal(size=groups)[group]
            + 0.5 * rng.normal(size=groups2)[group2])
-    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+    return X, group, group2, rng.binomial(1, 1.0 / (1.0 + np.exp(-eta)))
+
+
+def crossed_model(n: int, dim: int, groups: int, groups2: int, seed: int) -> pm.Model:
+    """Random intercepts on two crossed factors (module docstring)."""
+    X, group, group2, y = crossed_data(n, dim, groups, groups2, seed)
     with pm.Model() as model:
         b = pm.Normal("b", 0.0, 10.0, shape=dim)
         s = pm.HalfNormal("s", 1.0)
