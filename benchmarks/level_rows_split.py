@@ -80,6 +80,9 @@ class Split:
         self.step, self.X, self.y, self.groups = step, X, y, groups
         self.lik, self.frame = step.likelihood, step.frame
         self.moves = step.level_moves
+        if self.moves is None:
+            raise SystemExit("MHSS moves this model's parameters jointly (no level moves at "
+                             "this size): nothing to split; try more levels or rows")
         self.bound = self.moves.bound
         self.g = self.moves.n_levels
         self.eta_hat = self.eta(self.frame.theta_hat)
