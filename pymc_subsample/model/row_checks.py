@@ -49,6 +49,11 @@ from pymc_subsample.model.rebuild import (
 #: d = 10, in CPU seconds at a load of 7-12: 0.19-0.21 (all rows) against 0.12 (the union) at
 #: 10⁶ rows, 0.9-1.3 against 0.09 at 10⁷.
 FULL_REFERENCE_ROWS = 1_000_000
+#: from this many rows the check is compiled to C where an elementwise op has no NumPy ufunc
+#: (``many_rows``): element by element in Python such ops cost ~26 µs a row (26 s of an ordinal
+#: probit's setup at 10⁶), compiling them ~10–15 s on an empty compile cache (an ordinal probit
+#: or hurdle negative binomial at 20,000 rows: 55 → 67 s and 29 → 42 s cold)
+COMPILED_CHECK_ROWS = 200_000
 
 
 def check_vars(model: pm.Model, vars) -> list[Variable]:
@@ -233,9 +238,10 @@ def check_rows_independent(lik) -> None:
     theta = theta0 + CHECK_STEP * rng.standard_normal(lik.dim)
     ours = lik.in_theta(lik._block_terms)
     sets = [next(iter(lik.row_chunks())), *probe_rows(lik)]
+    many_rows = lik.n_rows >= COMPILED_CHECK_ROWS
     if lik.gathered or lik.n_rows > FULL_REFERENCE_ROWS:
         ref_rows = np.unique(np.concatenate(sets))
-        terms_fn = lik.compile([lik.theta, lik.idx], ours, once=True, many_rows=True)
+        terms_fn = lik.compile([lik.theta, lik.idx], ours, once=True, many_rows=many_rows)
 
         def run(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list:
             refs = list(terms_fn(theta, ref_rows)) if with_ref else []
@@ -252,7 +258,7 @@ def check_rows_independent(lik) -> None:
             for r in lik.in_theta(_model_row_terms(lik))
         ]
         check_fn = lik.compile([lik.theta, lik.idx, want_ref], [*ours, *refs], once=True,
-                               many_rows=True)
+                               many_rows=many_rows)
 
         def run(theta: np.ndarray, rows: np.ndarray, with_ref: bool) -> list:
             return check_fn(theta, rows, np.bool_(with_ref))
