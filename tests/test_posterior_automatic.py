@@ -28,8 +28,15 @@ ROWS, SEED = 20_000, 4
 MAX_ROWS = 50
 
 
+#: the heaviest (three or four predictors, 15–45 s each cold): in the long run, to keep CI in
+#: its 20 minutes
+LONG = {"ordered_probit", "ordered_logistic", "zero_inflated_negative_binomial",
+        "hurdle_negative_binomial"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", row_models.AUTOMATIC)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n in LONG else n
+                                  for n in row_models.AUTOMATIC])
 def test_automatic_bound_posterior_matches_nuts(name):
     model = row_models.MODELS[name](ROWS, seed=SEED)
     others = tuple(v.name for v in model.free_RVs if v.name != "b")
