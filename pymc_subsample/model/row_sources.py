@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -250,12 +251,14 @@ class ArraySource(RowSource):
     def read_block(self, idx: np.ndarray) -> np.ndarray:
         # a copy, so that the file's pages are read here and not when the pass computes; the
         # kernel asked to read the next blocks meanwhile (FileReadAhead)
-        ahead = self.__dict__.get("_ahead")
-        if ahead is None and self.path is not None:
-            ahead = self._ahead = FileReadAhead.of(self.array) or False
-        if ahead and idx.size:
-            ahead.before_reading(int(idx[-1]) + 1)
+        if self._ahead is not None and idx.size:
+            self._ahead.before_reading(int(idx[-1]) + 1)
         return np.array(self.take(idx))
+
+    @cached_property
+    def _ahead(self) -> FileReadAhead | None:
+        """The file's read-ahead (a memory-mapped ``.npy`` on Linux), else None."""
+        return FileReadAhead.of(self.array) if self.path is not None else None
 
     def graph_value(self) -> np.ndarray:
         return np.asarray(self.array)
@@ -312,6 +315,12 @@ class ChunkedSource(RowSource):
         """The chunks holding rows ``rows`` (an int or a sorted array)."""
         return np.searchsorted(self._chunk_bounds(), rows, side="right") - 1
 
+    def _chunk_runs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``chunks, first, last``: the chunks holding the sorted ``rows``, each chunk's rows
+        the run ``rows[first[j]:last[j]]``."""
+        chunks, first = np.unique(self._chunk_of(rows), return_index=True)
+        return chunks, first, np.append(first[1:], rows.size)
+
     def _slice(self, start: int, stop: int) -> np.ndarray:
         bounds = self._chunk_bounds()
         first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
@@ -352,20 +361,18 @@ class ZarrSource(ChunkedSource):
             self._bounds = bounds
         return bounds
 
-    def _sync_reader(self) -> SyncChunkReader | None:
+    @cached_property
+    def _reader(self) -> SyncChunkReader | None:
         """Whole chunks without Zarr's event loop where its store and codecs allow: its
         per-chunk bookkeeping holds the GIL and cost more than decoding 4,096-row chunks."""
-        reader = self.__dict__.get("_reader")
-        if reader is None:
-            reader = self._reader = SyncChunkReader.of(self.array) or False
-        return reader or None
+        return SyncChunkReader.of(self.array)
 
     def _gather(self, chunks: np.ndarray, out_rows: list[slice], rows: list) -> np.ndarray | None:
         """Rows ``rows[j]`` of chunk ``chunks[j]`` into ``out_rows[j]`` of a new array, each
         chunk copied out as soon as decoded (its memory reused for the next one: holding a
         block's chunks to concatenate them cost page faults on fresh memory); None if a chunk
         was never written (Zarr's slicing gives its fill value) or without a reader."""
-        reader = self._sync_reader()
+        reader = self._reader
         if reader is None:
             return None
         out = np.empty((out_rows[-1].stop, *self.shape[1:]), dtype=self.dtype)
@@ -385,8 +392,7 @@ class ZarrSource(ChunkedSource):
 
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
         bounds = self._chunk_bounds()
-        chunks, first = np.unique(self._chunk_of(rows), return_index=True)
-        last = np.append(first[1:], rows.size)  # rows are sorted: a chunk's are a run
+        chunks, first, last = self._chunk_runs(rows)
         out = self._gather(chunks, [slice(a, b) for a, b in zip(first, last, strict=True)],
                            [rows[a:b] - bounds[k] for k, a, b in zip(chunks, first, last,
                                                                      strict=True)])
@@ -475,10 +481,12 @@ class DaskSource(ChunkedSource):
 
         if dask.config.get("scheduler", None) is not None:
             return None
-        behind = self.__dict__.get("_behind")
-        if behind is None:
-            self._behind = behind = _zarr_of(self.array) or False
-        return behind or None
+        return self._behind
+
+    @cached_property
+    def _behind(self) -> ZarrSource | None:
+        """The :class:`ZarrSource` of the Zarr array this is ``from_zarr`` of, else None."""
+        return _zarr_of(self.array)
 
     def _slice(self, start: int, stop: int) -> np.ndarray:
         if self._zarr_behind() is not None:
@@ -504,11 +512,10 @@ class DaskSource(ChunkedSource):
         if (behind := self._zarr_behind()) is not None:
             return behind._take_sorted(rows)
         bounds = self._chunk_bounds()
-        chunks, first = np.unique(self._chunk_of(rows), return_index=True)
+        chunks, first, last = self._chunk_runs(rows)
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
         if self._sparse(rows.size, int((bounds[chunks + 1] - bounds[chunks]).sum())):
             return np.asarray(self.array[rows].compute(scheduler=self._scheduler()))
-        last = np.append(first[1:], rows.size)  # rows are sorted: a chunk's are a run
         per_call = max(1, GATHER_BYTES // max(1, row_bytes * self.chunk_rows))
         out = np.empty((rows.size, *self.shape[1:]), dtype=self.dtype)
         for i in range(0, chunks.size, per_call):
