@@ -34,7 +34,7 @@ import pandas as pd
 import pymc as pm
 
 import pymc_subsample as pms
-from pymc_subsample.compare import _run_numpyro_nuts, summarise_run
+from pymc_subsample.compare import run_numpyro_nuts, summarise_run
 from pymc_subsample.datasets import glm_data, glm_model
 
 logging.getLogger("pymc").setLevel(logging.ERROR)
@@ -144,7 +144,7 @@ def main(argv=None) -> pd.DataFrame:
             if args.only and not any(o in name for o in args.only) and make != "nuts":
                 continue
             if make == "nuts":
-                setup, seconds, idata = _run_numpyro_nuts(model, draws, tune, 1, args.seed, {})
+                setup, seconds, idata = run_numpyro_nuts(model, draws, tune, 1, args.seed, {})
                 param = math.nan
             else:
                 setup, seconds, idata, step = run_step(model, make, draws, tune, args.seed)

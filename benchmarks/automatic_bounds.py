@@ -8,8 +8,9 @@ automatic path forced with the private ``pymc_subsample.model.setup._AUTOMATIC_O
 
 ``--nuts`` adds NumPyro's NUTS (``pm.sample(nuts_sampler="numpyro")``, one chain of
 ``--nuts-draws`` draws after as many tuning steps) on the same model in the same run, its whole
-wall time to a minimum bulk ESS of 1000 extrapolated linearly from that run (compilation and
-tuning scaled too: pessimistic for NUTS by their share). ``tests/test_posterior_automatic.py``
+wall time to a minimum bulk ESS of 1000 extrapolated linearly from that run
+(``compare.run_numpyro_nuts`` and ``compare.time_to_ess``: NumPyro's run, its tuning and JIT
+included, scaled; the rest of ``pm.sample`` paid once). ``tests/test_posterior_automatic.py``
 checks the posteriors against stored NUTS references at N = 20,000.
 """
 
@@ -26,7 +27,7 @@ import pytensor.tensor as pt
 from scipy.special import erf
 
 import pymc_subsample as pms
-from pymc_subsample.compare import time_to_ess
+from pymc_subsample.compare import run_numpyro_nuts, time_to_ess
 from pymc_subsample.model import setup as setup_module
 
 D = 10
@@ -195,19 +196,11 @@ def run(name: str, n: int, draws: int, automatic: bool) -> dict:
 
 
 def run_nuts(name: str, n: int, draws: int) -> dict:
-    m = model(name, n)
-    t0 = time.perf_counter()
-    with m:
-        idata = pm.sample(draws=draws, tune=draws, chains=1, nuts_sampler="numpyro",
-                          random_seed=3, progressbar=False, compute_convergence_checks=False)
-    wall = time.perf_counter() - t0
+    setup_s, sampling_s, idata = run_numpyro_nuts(model(name, n), draws, draws, 1, 3, {})
     ess = az.ess(idata, method="bulk")
     min_ess = min(float(ess[v].min()) for v in ess.data_vars)
-    # NumPyro's run (tuning, draws and its JIT) is scaled to ESS 1000, the rest of pm.sample's
-    # wall time paid once: compare.time_to_ess, as for MHSS above
-    sampling_s = float(idata.posterior.attrs["sampling_time"])
-    return dict(wall_s=wall, min_ess=min_ess,
-                to_ess_1000_s=time_to_ess(wall - sampling_s, sampling_s, min_ess))
+    return dict(wall_s=setup_s + sampling_s, min_ess=min_ess,
+                to_ess_1000_s=time_to_ess(setup_s, sampling_s, min_ess))
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ import numpy as np
 import pymc as pm
 
 import pymc_subsample as pms
-from pymc_subsample.compare import time_to_ess
+from pymc_subsample.compare import run_numpyro_nuts, time_to_ess
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 
 
@@ -118,17 +118,11 @@ def run_mhss(model, draws: int, tune: int, seed: int, proposal: str,
 
 
 def run_nuts(model, draws: int, seed: int) -> dict:
-    t0 = time.perf_counter()
-    with model:
-        idata = pm.sample(draws=draws, tune=draws, chains=1, nuts_sampler="numpyro",
-                          random_seed=seed, progressbar=False, compute_convergence_checks=False)
-    wall = time.perf_counter() - t0
+    setup_s, sampling_s, idata = run_numpyro_nuts(model, draws, draws, 1, seed, {})
     ess, var = min_ess(idata)
-    # whole wall time to ESS 1000: NumPyro's run (tuning, draws, its JIT) scaled, the rest of
-    # pm.sample paid once (compare.time_to_ess); a linear extrapolation, marked as such
-    sampling_s = float(idata.posterior.attrs["sampling_time"])
-    return {"wall_s": wall, "min_ess": ess, "slowest": var,
-            "to_ess_1000_s": time_to_ess(wall - sampling_s, sampling_s, ess)}
+    # whole wall time to ESS 1000 (compare.time_to_ess): a linear extrapolation, marked as such
+    return {"wall_s": setup_s + sampling_s, "min_ess": ess, "slowest": var,
+            "to_ess_1000_s": time_to_ess(setup_s, sampling_s, ess)}
 
 
 def main(argv=None):

@@ -61,6 +61,7 @@ __all__ = [
     "numpyro_available",
     "nuts_method_name",
     "resolve_nuts_sampler",
+    "run_numpyro_nuts",
     "summarise_run",
     "time_to_ess",
 ]
@@ -362,13 +363,13 @@ def _run_nuts(model, draws, tune, chains, random_seed, sample_kwargs):
     return setup, seconds, idata
 
 
-def _run_numpyro_nuts(model, draws, tune, chains, random_seed, sample_kwargs):
-    """NumPyro's NUTS through ``pm.sample(nuts_sampler="numpyro")``, chains one after another.
+def run_numpyro_nuts(model: pm.Model, draws: int, tune: int, chains: int, random_seed: Any,
+                     sample_kwargs: Mapping[str, Any]) -> tuple[float, float, az.InferenceData]:
+    """``(setup_s, sampling_s, idata)`` of NumPyro's NUTS through ``pm.sample``, chains in turn.
 
-    ``sampling_s`` is NumPyro's ``MCMC.run`` (the ``sampling_time`` PyMC records), which
-    includes JAX's compilation of the sampler; ``setup_s`` is the rest of ``pm.sample``'s wall
-    time: turning the model into a JAX function, the jittered starting points and turning the
-    raw draws back into the model's variables. The two add up to ``pm.sample``'s wall time.
+    ``sampling_s`` is NumPyro's ``MCMC.run`` (PyMC's ``sampling_time``, JAX's compilation of
+    the sampler included), ``setup_s`` the rest of ``pm.sample``'s wall time (the model made a
+    JAX function, starting points, draws turned back into the model's variables).
     """
     kwargs = {"progressbar": False, "compute_convergence_checks": False, **sample_kwargs}
     kwargs.pop("cores", None)  # NumPyro runs the chains itself
@@ -558,7 +559,7 @@ def compare(
         if nuts:
             n_tune = tune if nuts_tune is None else nuts_tune
             n_draws = draws if nuts_draws is None else nuts_draws
-            run_nuts = _run_numpyro_nuts if sampler == "numpyro" else _run_nuts
+            run_nuts = run_numpyro_nuts if sampler == "numpyro" else _run_nuts
             runs[nuts_name] = (
                 n_tune, *run_nuts(model, n_draws, n_tune, chains, random_seed, sample_kwargs)
             )
