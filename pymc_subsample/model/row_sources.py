@@ -58,6 +58,10 @@ class RowSource:
         can hold; otherwise the model's graph holds a stand-in.
     """
 
+    #: Blocks of :data:`BLOCK_ROWS` rows not yet checked for NaN and infinities, while
+    #: :meth:`check_finite_on_read` asks for it (None: nothing to check).
+    _unchecked_blocks: np.ndarray | None = None
+
     array: Any
     shape: tuple[int, ...]
     dtype: np.dtype
@@ -113,7 +117,7 @@ class RowSource:
                 stop: int | None = None) -> np.ndarray:
         """``values`` (rows read from this source, rows ``start:stop`` if consecutive),
         checked for NaN and infinities while :meth:`check_finite_on_read` asks for it."""
-        unchecked = self.__dict__.get("_unchecked_blocks")
+        unchecked = self._unchecked_blocks
         if unchecked is None:
             return values
         # consecutive rows whose blocks have all been checked are not checked again
@@ -128,7 +132,7 @@ class RowSource:
     def finish_finite_check(self) -> None:
         """Check the blocks no read has covered since :meth:`check_finite_on_read` (all of
         them if the build made no full-data pass), then stop checking reads."""
-        unchecked = self.__dict__.get("_unchecked_blocks")
+        unchecked = self._unchecked_blocks
         if unchecked is None:
             return
         if unchecked.all():
@@ -145,7 +149,7 @@ class RowSource:
         """Rows ``start:stop`` have been checked (by :meth:`checked`, here or by a copy of
         this source in a Dask worker on the rows it was handed): the blocks they cover whole
         are not checked again."""
-        unchecked = self.__dict__.get("_unchecked_blocks")
+        unchecked = self._unchecked_blocks
         if unchecked is not None:
             unchecked[self._blocks_within(start, stop)] = False
             if not unchecked.any():
@@ -172,6 +176,11 @@ class RowSource:
         # the cache stays in this process (PyMC pickles the step for each worker)
         return {k: v for k, v in self.__dict__.items() if k != "_cache"}
 
+    @cached_property
+    def _cache(self) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+        """Large reads of :meth:`_cached_take`: ``(size, hash) → (rows, values)``."""
+        return {}
+
     def _cached_take(self, rows: np.ndarray) -> np.ndarray:
         """:meth:`_take_sorted`, remembering large reads of sources outside memory.
 
@@ -182,7 +191,7 @@ class RowSource:
         """
         if self.in_memory or rows.size < CACHE_MIN_ROWS:
             return self._take_sorted(rows)
-        cache = self.__dict__.setdefault("_cache", {})
+        cache = self._cache
         key = (rows.size, hash(rows.tobytes()))
         hit = cache.get(key)
         if hit is not None and np.array_equal(hit[0], rows):
@@ -298,6 +307,8 @@ class ChunkedSource(RowSource):
     """
 
     in_memory = False
+    #: ``(chunk, its rows from the first row the last read did not return)`` or None.
+    _kept: tuple[int, np.ndarray] | None = None
 
     def _chunk_bounds(self) -> np.ndarray:
         """Row boundaries of the chunks along the first axis (int64, ``n_chunks + 1``)."""
@@ -325,7 +336,7 @@ class ChunkedSource(RowSource):
         bounds = self._chunk_bounds()
         first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
         # the last chunk of the previous read (one assignment: a race only costs a re-read)
-        kept = self.__dict__.get("_kept")
+        kept = self._kept
         parts = []
         if kept is not None and kept[0] == first:
             parts.append(kept[1])
@@ -354,12 +365,12 @@ class ZarrSource(ChunkedSource):
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
 
     def _chunk_bounds(self) -> np.ndarray:
-        bounds = self.__dict__.get("_bounds")
-        if bounds is None:
-            step = int(self.array.chunks[0])
-            bounds = np.append(np.arange(0, self.n_rows, step, dtype=np.int64), self.n_rows)
-            self._bounds = bounds
-        return bounds
+        return self._bounds
+
+    @cached_property
+    def _bounds(self) -> np.ndarray:
+        step = int(self.array.chunks[0])
+        return np.append(np.arange(0, self.n_rows, step, dtype=np.int64), self.n_rows)
 
     @cached_property
     def _reader(self) -> SyncChunkReader | None:
@@ -431,23 +442,20 @@ class DaskSource(ChunkedSource):
         self.array = array
         self.shape, self.dtype = tuple(int(n) for n in array.shape), np.dtype(array.dtype)
 
-    def _chunk_tasks(self) -> np.ndarray:
+    @cached_property
+    def _tasks(self) -> np.ndarray:
         """The row chunks as ``Delayed`` objects (made once; the graph optimised once)."""
-        tasks = self.__dict__.get("_tasks")
-        if tasks is None:
-            array = self.array
-            if any(len(c) > 1 for c in array.chunks[1:]):
-                array = array.rechunk({a: -1 for a in range(1, array.ndim)})
-            tasks = array.to_delayed().reshape(-1)
-            self._tasks = tasks
-        return tasks
+        array = self.array
+        if any(len(c) > 1 for c in array.chunks[1:]):
+            array = array.rechunk({a: -1 for a in range(1, array.ndim)})
+        return array.to_delayed().reshape(-1)
 
     def _chunk_bounds(self) -> np.ndarray:
-        bounds = self.__dict__.get("_bounds")
-        if bounds is None:
-            bounds = np.cumsum((0, *self.array.chunks[0]), dtype=np.int64)
-            self._bounds = bounds
-        return bounds
+        return self._bounds
+
+    @cached_property
+    def _bounds(self) -> np.ndarray:
+        return np.cumsum((0, *self.array.chunks[0]), dtype=np.int64)
 
     @staticmethod
     def _scheduler() -> str | None:
@@ -458,7 +466,7 @@ class DaskSource(ChunkedSource):
     def _compute(self, chunks) -> tuple[np.ndarray, ...]:
         import dask
 
-        return dask.compute(*self._chunk_tasks()[chunks], scheduler=self._scheduler())
+        return dask.compute(*self._tasks[chunks], scheduler=self._scheduler())
 
     def _sparse(self, rows: int, held: int) -> bool:
         """Whether ``rows`` rows are a small part of the ``held`` rows of the chunks that
@@ -493,7 +501,7 @@ class DaskSource(ChunkedSource):
             return super()._slice(start, stop)
         bounds = self._chunk_bounds()
         first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
-        kept = self.__dict__.get("_kept")
+        kept = self._kept
         if ((kept is None or kept[0] != first)
                 and self._sparse(stop - start, int(bounds[last + 1] - bounds[first]))):
             return np.asarray(self.array[start:stop].compute(scheduler=self._scheduler()))
