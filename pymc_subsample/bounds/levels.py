@@ -199,8 +199,7 @@ def _poly_product(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     of ``ρ^j``; one column per category)."""
     out = np.zeros((p.shape[0] + q.shape[0] - 1, p.shape[1]))
     for i in range(p.shape[0]):
-        for j in range(q.shape[0]):
-            out[i + j] += p[i] * q[j]
+        out[i : i + q.shape[0]] += p[i] * q
     return out
 
 

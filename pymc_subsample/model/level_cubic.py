@@ -80,22 +80,34 @@ class LevelCubic:
         self._temperature = glm_pass.lik.temperature
         self.t_sum, self.v_sum, self.w_sum, self.bound = t_sum, v_sum, w_sum, bound
         self.e_sum = e_sum
-        #: the last :meth:`level_coefficients` and its ``δ_F`` (as bytes)
-        self._last: tuple[bytes, tuple[np.ndarray, np.ndarray]] | None = None
+        # the fixed coordinates the rows read (not the group scale): the products below need
+        # only those, and a move of the others (the scale's) finds its coefficients cached
+        read = np.flatnonzero(np.any(v_sum != 0.0, axis=0) | np.any(w_sum != 0.0, axis=(0, 1))
+                              | np.any(e_sum != 0.0, axis=(0, 1)))
+        self._read = self.layout.fixed[read]
+        self._w_read = np.ascontiguousarray(w_sum[:, read][:, :, read])
+        self._v_read = np.ascontiguousarray(v_sum[:, read])
+        #: the last two :meth:`level_coefficients`, by their ``δ`` on the read coordinates
+        self._recent: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
     def _fixed_delta(self, theta: np.ndarray) -> np.ndarray:
         fixed = self.layout.fixed
         return theta[fixed] - self._theta_hat[fixed]
 
     def level_coefficients(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(δ_FᵀW_kδ_F, V_kᵀδ_F)`` per level at ``θ``'s fixed coordinates (``O(G d_F²)``)."""
-        d = self._fixed_delta(theta)
+        """``(δ_FᵀW_kδ_F, V_kᵀδ_F)`` per level at ``θ``'s fixed coordinates (``O(G d_F²)``;
+        a move asks at both ends, the next move at one of them again)."""
+        d = theta[self._read] - self._theta_hat[self._read]
         key = d.tobytes()
-        if self._last is None or self._last[0] != key:  # the sweep asks twice at one θ_F
-            g, d_f = self.v_sum.shape
-            w = (self.w_sum.reshape(g * d_f, d_f) @ d).reshape(g, d_f) @ d
-            self._last = (key, (w, self.v_sum @ d))
-        return self._last[1]
+        found = self._recent.get(key)
+        if found is None:
+            g, d_r = self._v_read.shape
+            w = (self._w_read.reshape(g * d_r, d_r) @ d).reshape(g, d_r) @ d
+            found = (w, self._v_read @ d)
+            if len(self._recent) >= 2:
+                del self._recent[next(iter(self._recent))]
+            self._recent[key] = found
+        return found
 
     def level_terms(self, theta: np.ndarray, x_new: np.ndarray) -> np.ndarray:
         """``(1/6)Σ_{i∈k} f‴_i(a'_i³ − a_i³)`` of the moves ``u_k → x_new[k]`` of every level,
