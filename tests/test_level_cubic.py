@@ -244,6 +244,27 @@ def test_level_cv_order_refusals(cubic_model):
         pm.Bernoulli("obs", p=pm.math.invprobit(X @ b + u[group]), observed=y)
         with pytest.raises(ValueError, match="'obs' is bernoulli_probit"):
             pms.MHSS(level_cv_order=3)
+    X, group, y = random_effects_data(2000, 2, 20, seed=4)
+    with random_effects_model(X, group, y, groups=20):
+        with pytest.raises(ValueError, match="level_cv_order=3 needs level moves, but the "
+                                             "model has no grouping factor with 64"):
+            pms.MHSS(level_cv_order=3)
+
+
+def test_level_cv_order_refuses_crossed_factors():
+    """Rows on two crossed factors: the third-order terms are one factor's."""
+    rng = np.random.default_rng(1)
+    X = np.column_stack([np.ones(20_000), rng.normal(size=(20_000, 2))])
+    group, group2 = rng.integers(0, 100, 20_000), rng.integers(0, 20, 20_000)
+    y = rng.binomial(1, expit(0.3 * X[:, 1] + 0.5 * rng.normal(size=100)[group]))
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 10.0, shape=3)
+        u = pm.Normal("u", 0.0, pm.HalfNormal("s", 1.0), shape=100)
+        v = pm.Normal("v", 0.0, pm.HalfNormal("s2", 1.0), shape=20)
+        pm.Bernoulli("y", logit_p=X @ b + u[group] + v[group2], observed=y)
+        with pytest.raises(ValueError, match="'y' has a quadratic predictor or a second, "
+                                             "crossed factor. Use level_cv_order=2"):
+            pms.MHSS(level_cv_order=3)
 
 
 @pytest.mark.slow

@@ -245,6 +245,9 @@ class MHSS(SubsamplingStep):
         proposal moving the other fixed coordinates only (``φ_L`` and those held)."""
         found = level_structure(self, rows)
         if isinstance(found, str):
+            if required and self.level_cv_order == 3:
+                raise ValueError(f"level_cv_order=3 needs level moves, but {found}. Use "
+                                 "level_cv_order=2.")
             if required:
                 raise ValueError(f"level_moves=True, but {found}. Leave level_moves=None to "
                                  "move all coordinates jointly.")
