@@ -11,7 +11,8 @@ Builds MHSS on the centred logistic random-intercept model of ``benchmarks/many_
 
 For each pair it computes on all ``N`` rows, with the logistic formulas (NumPy, no sampling):
 
-- ``Λ``: the level bound's expected rows, as the step computes them (``expected``);
+- ``Λ``: the level bound's expected rows, as the step computes them (``expected``; with
+  ``--level-cv-order 3`` the order-3 bound's);
 - ``Σ|ξ|``: the order-2 remainders' absolute sum. Any rates ``B_i ≥ |ξ_i|`` expect at least
   this many rows, so it is the floor of **every** exact bound with order-2 control variates;
 - the same floors with third-order control variates: the level's own cubic only
@@ -27,6 +28,7 @@ For each pair it computes on all ``N`` rows, with the logistic formulas (NumPy, 
     python benchmarks/level_rows_split.py --case 1e6:10000 --tune 300 --draws 100 --every 10
     python benchmarks/level_rows_split.py --case 1e5:1000 --tune 300 --draws 100 --every 10
     python benchmarks/level_rows_split.py --case 1e6:1000:100 --tune 300 --draws 100
+    python benchmarks/level_rows_split.py --case 1e6:10000 --level-cv-order 3
 
 The chain is the step's (seed 1); the measurement wraps the step's level sweep and fixed-block
 proposal on the instance (draws of its own generator for the level pairs, so the chain is not
@@ -188,6 +190,8 @@ def main(argv=None):
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--level-cv-order", type=int, default=2, choices=(2, 3),
+                        help="MHSS's level_cv_order (3: the level moves' own cubic terms)")
     args = parser.parse_args(argv)
     n, g, *g2 = (int(float(v)) for v in args.case.split(":"))
     if g2:
@@ -204,10 +208,11 @@ def main(argv=None):
     else:
         X, grp, y = random_effects_data(n, 10, g, seed=args.seed)
         model, groups = random_effects_model(X, grp, y, groups=g), [grp]
-    print(f"case {args.case}, seed {args.seed}, load average {os.getloadavg()[0]:.1f}")
+    print(f"case {args.case}, seed {args.seed}, level_cv_order {args.level_cv_order}, "
+          f"load average {os.getloadavg()[0]:.1f}")
     t0 = time.perf_counter()
     with model:
-        step = pms.MHSS()
+        step = pms.MHSS(level_cv_order=args.level_cv_order)
     print(f"setup {time.perf_counter() - t0:.1f} s")
     split = Split(step, X, y, groups)
     moves, frame = step.level_moves, step.frame
@@ -217,6 +222,10 @@ def main(argv=None):
 
     def measured(it: int) -> bool:
         return it > args.tune and (it - args.tune) % args.every == 0
+
+    # the bound the moves use (order 3's with level_cv_order=3)
+    level_bound = moves.bound if moves.cubic is None else moves.cubic.bound
+    fixed_bound = step.rate_bound if moves.cubic is None else moves.cubic.bound
 
     def level_pairs(theta, phi):
         rng = np.random.default_rng(count["it"])
@@ -231,7 +240,7 @@ def main(argv=None):
             phi_new = phi.copy()
             phi_new[: moves.n_levels] = phi[: moves.n_levels] + frame.level_scale * (x_new - x)
             rec[f"expected_rhoL_{rho}"] = float(np.sum(
-                moves.bound.level_rates(phi, phi_new).expected))
+                level_bound.level_rates(phi, phi_new).expected))
         rec.update(split.measure(theta, theta_new, phi, phi_new, level_move=True))
         return rec
 
@@ -246,7 +255,7 @@ def main(argv=None):
         if measured(count["it"] + 1):
             theta, theta_new = frame.unwhiten(phi), frame.unwhiten(phi_new)
             at, at_new = moves.rows_phi(theta), moves.rows_phi(theta_new)
-            rec = {"expected": step.rate_bound.category_rates(at, at_new).expected}
+            rec = {"expected": fixed_bound.category_rates(at, at_new).expected}
             rec.update(split.measure(theta, theta_new, at, at_new, level_move=False))
             fixed_records.append(rec)
         return phi_new, log_q

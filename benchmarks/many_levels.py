@@ -16,6 +16,7 @@ extrapolated linearly from its run.
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000 --level-moves off
     python benchmarks/many_levels.py --case 1e6:10000 --draws 2000
+    python benchmarks/many_levels.py --case 1e6:10000 --draws 2000 --level-cv-order 3
     python benchmarks/many_levels.py --case 1e5:1000 --draws 5000 --nuts
     python benchmarks/many_levels.py --case 1e5:200:50 --draws 5000   # crossed 200 × 50
 
@@ -87,11 +88,12 @@ def min_ess(idata) -> tuple[float, str]:
 
 
 def run_mhss(model, draws: int, tune: int, seed: int, proposal: str,
-             level_moves: bool | None = None, level_fraction: float = 1.0) -> dict:
+             level_moves: bool | None = None, level_fraction: float = 1.0,
+             level_cv_order: int = 2) -> dict:
     t0 = time.perf_counter()
     with model:
         step = pms.MHSS(proposal=proposal, level_moves=level_moves,
-                        level_fraction=level_fraction)
+                        level_fraction=level_fraction, level_cv_order=level_cv_order)
     setup = time.perf_counter() - t0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: kilobytes
     row = {"setup_s": setup, "passes": step.setup_profile["full_data_passes"],
@@ -137,6 +139,8 @@ def main(argv=None):
                         help="MHSS's level moves: auto (its default) or off (one joint move)")
     parser.add_argument("--level-fraction", type=float, default=1.0,
                         help="MHSS's level_fraction: the share of levels moved an iteration")
+    parser.add_argument("--level-cv-order", type=int, choices=(2, 3), default=2,
+                        help="MHSS's level_cv_order (3: the level moves' own cubic terms)")
     parser.add_argument("--nuts", action="store_true", help="NumPyro's NUTS side by side")
     parser.add_argument("--nuts-draws", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
@@ -144,7 +148,8 @@ def main(argv=None):
     level_moves = None if args.level_moves == "auto" else False
     print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"PyMC {pm.__version__}, MHSS proposal={args.proposal}, "
-          f"level moves {args.level_moves} (fraction {args.level_fraction}), "
+          f"level moves {args.level_moves} (fraction {args.level_fraction}, "
+          f"level_cv_order {args.level_cv_order}), "
           f"d_F = {args.dim + 1} (with log s), seed {args.seed}, "
           f"load average {os.getloadavg()[0]:.1f}\n")
     header = ("| N | G | setup s | passes | peak GB | rows/iter (levels') | accept (levels, s) "
@@ -160,7 +165,7 @@ def main(argv=None):
             model = random_effects_model(*random_effects_data(n, args.dim, g, seed=args.seed),
                                          groups=g)
         r = run_mhss(model, args.draws, args.tune, args.seed, args.proposal, level_moves,
-                     args.level_fraction)
+                     args.level_fraction, args.level_cv_order)
         rows.append((n, g, r, model))
         sampled = (f"{r['rows_per_iter']:.1f} ({r['level_rows']:.1f}) | {r['accept']:.2f} "
                    f"({r['level_accept']:.2f}, {r['hyper_accept']:.2f}) | {r['all_rows']:.1%} | "

@@ -21,9 +21,13 @@ displacements :math:`a = \eta_i - \hat\eta_i`, :math:`a'` (at :math:`\theta'`) a
     |\xi_i| \le \tfrac12 L_1 |h| (|a| + |a'|) \quad(k = 1), \qquad
     |\xi_i| \le \tfrac16 L_2 |h| (a^2 + |a a'| + a'^2) \quad(k = 2),
 
-(:math:`R'(t) = f'(\hat\eta + t) - T'(t)` is at most :math:`L_1|t|` or :math:`L_2 t^2/2`, and
-:math:`\xi = \int_a^{a'} R'`), increasing in :math:`|a|, |a'|, |h|`, so the bounds above may
-replace them. Each is :math:`S_i = s_i w_D + t_i w_K` times a factor linear in the row's share
+    |\xi_i| \le \tfrac1{24} L_3 |h| (|a|^3 + a^2|a'| + |a|a'^2 + |a'|^3) \quad(k = 3),
+
+(:math:`R'(t) = f'(\hat\eta + t) - T'(t)` is at most :math:`L_k|t|^k/k!`, and
+:math:`\xi = \int_a^{a'} R'`; for :math:`a, a'` of opposite signs
+:math:`|a|^{k+1} + |a'|^{k+1} \le |h|\sum_j |a|^j|a'|^{k-j}`), increasing in
+:math:`|a|, |a'|, |h|`, so the bounds above may replace them. Each is
+:math:`S_i = s_i w_D + t_i w_K` times a factor linear in the row's share
 :math:`\rho_i = s_i w_D / S_i`, e.g. :math:`|a_i| \le S_i(\rho_i u + (1-\rho_i) v)` with
 :math:`u = \lVert\varphi_D\rVert / w_D`, :math:`v = |\varphi_{k}| / w_K`. So the rate of row
 :math:`i` is
@@ -31,7 +35,8 @@ replace them. Each is :math:`S_i = s_i w_D + t_i w_K` times a factor linear in t
 .. math::
 
     B_i(\theta, \theta') = \bar c_i\, P_{k_i}(\rho_i), \qquad
-    \bar c_i = \kappa_k L_k S_i^{k+1},\; \kappa_1 = \tfrac12,\; \kappa_2 = \tfrac16,
+    \bar c_i = \kappa_k L_k S_i^{k+1},\; \kappa_1 = \tfrac12,\; \kappa_2 = \tfrac16,\;
+    \kappa_3 = \tfrac1{24},
 
 with :math:`P_k` a polynomial of degree :math:`k + 1` whose coefficients depend on the pair
 and the level :math:`k` only; it is symmetric in :math:`(\theta, \theta')`. Its total
@@ -54,14 +59,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_subsample.bounds.rates import EnvelopeRates
-from pymc_subsample.bounds.remainder import check_order
 from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
 __all__ = ["CategoryRates", "LevelBound", "LevelMoveRates", "LevelRates", "LevelRows",
            "level_rows", "split_level_rows"]
 
 #: ``κ_k`` of the scalar remainder bounds (module docstring).
-ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0}
+ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0, 3: 1.0 / 24.0}
+
+
+def check_level_order(order: int) -> None:
+    """Refuse a Taylor order the level bound has no form for (1, 2, and 3 for the level
+    moves' third-order control variates, :mod:`pymc_subsample.model.level_cubic`)."""
+    if isinstance(order, bool) or order not in ORDER_FACTOR:
+        raise ValueError(f"order must be 1, 2 or 3 (the Taylor control-variate order), "
+                         f"got {order!r}")
 
 #: Relative margin on each linear factor for the float32 rounding of the stored shares.
 SHARE_MARGIN = 1e-6
@@ -125,7 +137,7 @@ def level_rows(
 
     Parameters
     ----------
-    order : {1, 2}
+    order : {1, 2, 3}
     sup : ndarray, shape (n,)
         ``L_k ≥ sup |f^{(k+1)}|`` of each row on the interval its predictor visits.
     whitened : ndarray, shape (n, d)
@@ -135,7 +147,7 @@ def level_rows(
     norms : ndarray, shape (n,), optional
         ``‖x̃_i‖`` when the caller has them already.
     """
-    check_order(order)
+    check_level_order(order)
     xt = np.asarray(whitened, dtype=np.float64)
     levels, dense = np.abs(xt[:, :n_levels]), xt[:, n_levels:]
     touched = np.count_nonzero(levels, axis=1)
@@ -172,7 +184,7 @@ def split_level_rows(
     """:func:`level_rows` of whitened rows kept split by level: ``x̃_{i,D}`` = ``dense``
     ``(n, d_F)`` and ``x̃_{i,k_i}`` = ``value`` on the level ``level`` (each row on one level
     at most; ``value = 0`` for none). O(n·d_F), no ``(n, d)`` array."""
-    check_order(order)
+    check_level_order(order)
     dense = np.asarray(dense, dtype=np.float64)
     s2 = np.einsum("ij,ij->i", dense, dense)
     t = np.abs(np.asarray(value, dtype=np.float64))
@@ -180,6 +192,15 @@ def split_level_rows(
     category = np.where(t > 0.0, level, n_levels)
     dense_part = np.sqrt(s2) * dense_weight(dense.shape[1] + n_levels, n_levels)
     return _level_pieces(order, sup, dense_part, t, category, full)
+
+
+def _poly_product(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The product of polynomials in ``ρ`` held column by column (row ``j``: the coefficient
+    of ``ρ^j``; one column per category)."""
+    out = np.zeros((p.shape[0] + q.shape[0] - 1, p.shape[1]))
+    for i in range(p.shape[0]):
+        out[i : i + q.shape[0]] += p[i] * q
+    return out
 
 
 class LevelRates(EnvelopeRates):
@@ -231,7 +252,7 @@ class LevelBound:
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Per category, the coefficients of ``P_k`` for the move between the whitened points
         ``φ`` and ``φ'`` (the product of the linear factors ``H``, ``A``, ``A'`` of the module
-        docstring, in closed form; shape ``(G + 2, k + 2)``) and its largest value over
+        docstring, as polynomials in ρ; shape ``(G + 2, k + 2)``) and its largest value over
         ``ρ ∈ [0, 1]`` (each linear factor is largest at an end; shape ``(G + 2,)``), or with
         ``by_category`` over the category's own range of stored ``ρ_i`` (each factor at the
         larger of its values at the range's ends)."""
@@ -256,19 +277,20 @@ class LevelBound:
             top = np.maximum(top, 0.0) * (1.0 + 2.0 * SHARE_MARGIN)
         else:
             top = top * (1.0 + 2.0 * SHARE_MARGIN)
-        coefficients = np.empty((n_cat, self.order + 2))
-        if self.order == 1:  # H (A + A')
-            s0, s1 = a0 + b0, a1 + b1
-            coefficients[:, 0], coefficients[:, 1] = h0 * s0, h0 * s1 + h1 * s0
-            coefficients[:, 2] = h1 * s1
-            envelope = top[2] * (top[0] + top[1])
-        else:  # H (A² + A A' + A'²)
-            q0 = a0 * a0 + a0 * b0 + b0 * b0
-            q1 = 2.0 * a0 * a1 + a0 * b1 + a1 * b0 + 2.0 * b0 * b1
-            q2 = a1 * a1 + a1 * b1 + b1 * b1
-            coefficients[:, 0], coefficients[:, 1] = h0 * q0, h0 * q1 + h1 * q0
-            coefficients[:, 2], coefficients[:, 3] = h0 * q2 + h1 * q1, h1 * q2
-            envelope = top[2] * (top[0] ** 2 + top[0] * top[1] + top[1] ** 2)
+        # H · Σ_{j=0}^{k} A^j A'^{k−j} as polynomials in ρ (rows: powers of ρ), and its
+        # largest value from each factor's largest
+        factor_a, factor_b, factor_h = np.stack([a0, a1]), np.stack([b0, b1]), np.stack([h0, h1])
+        total = np.zeros((self.order + 1, n_cat))
+        for j in range(self.order + 1):
+            term = np.ones((1, n_cat))
+            for _ in range(j):
+                term = _poly_product(term, factor_a)
+            for _ in range(self.order - j):
+                term = _poly_product(term, factor_b)
+            total += term
+        coefficients = _poly_product(factor_h, total).T.copy()
+        envelope = top[2] * sum(top[0] ** j * top[1] ** (self.order - j)
+                                for j in range(self.order + 1))
         return coefficients, envelope
 
     def rates(self, phi: np.ndarray, phi_new: np.ndarray) -> LevelRates:

@@ -40,6 +40,7 @@ from pymc_subsample.bounds import LevelBound, LevelRows
 from pymc_subsample.kernels.gram import scaled_gram
 from pymc_subsample.kernels.mhss import LevelsInfo, mhss_accept_levels
 from pymc_subsample.model.frame import LevelFrame
+from pymc_subsample.model.level_cubic import LevelCubic
 from pymc_subsample.model.levels import (
     MIN_SPLIT_LEVELS,
     LevelHessian,
@@ -119,12 +120,18 @@ class LevelMoves:
         ``π`` invariant, and so is their mixture); 1: every level.
     hyper : ndarray of int, optional
         The coordinates no row reads (the group scale): :meth:`rows_phi` puts them at ``θ̂``.
+    cubic : LevelCubic, optional
+        Third-order control variates for these moves (with ``order`` 2): stage 1 adds the
+        levels' cubic terms, the rows' remainders lose theirs, the rates are the order-3 level
+        bound's (global: no ball), and each level's proposal takes one Newton step on the
+        cubic (``docs/methods/mhss.md``, "Third-order terms for the level moves").
     """
 
     def __init__(self, frame: LevelFrame, prior: LevelPrior, bound: LevelBound,
                  grad_sum: np.ndarray, hess_sum: LevelHessian, order: int,
                  centre: np.ndarray, region_radius: float, rho: float = 0.0,
-                 fraction: float = 1.0, hyper: np.ndarray | None = None) -> None:
+                 fraction: float = 1.0, hyper: np.ndarray | None = None,
+                 cubic: LevelCubic | None = None) -> None:
         self.frame, self.prior, self.bound = frame, prior, bound
         lay = frame.layout
         self.layout, self.n_levels = lay, lay.n_levels
@@ -134,6 +141,10 @@ class LevelMoves:
         self._diag, self._coupling = hess_sum.diag, hess_sum.coupling
         self._theta_hat = frame.theta_hat
         self.order, self.centre, self.region_radius = order, centre, region_radius
+        if cubic is not None and order != 2:
+            raise ValueError("third-order level terms extend order-2 control variates; got "
+                             f"cv_order={order}")
+        self.cubic = cubic
         self.rho = checked_rho(rho)
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"level_fraction must be in (0, 1]; got {fraction!r}")
@@ -189,7 +200,10 @@ class LevelMoves:
             ok = (precision > 0.0) & np.isfinite(precision) & np.isfinite(b)
             mean = np.where(ok, b / precision, e)
         laplace = self.frame.level_scale ** 2
-        return mean, np.where(ok, precision, laplace)
+        precision = np.where(ok, precision, laplace)
+        if self.cubic is not None:
+            return self.cubic.newton(theta, mean, precision)
+        return mean, precision
 
     def sweep(self, theta: np.ndarray, phi: np.ndarray,
               remainder: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], *,
@@ -217,17 +231,28 @@ class LevelMoves:
             lambda: self._coupling @ (theta[self._fixed] - self._theta_hat[self._fixed]))
         phi_new = phi.copy()
         phi_new[:g] = phi[:g] + self.frame.level_scale * step
-        rates = self.bound.level_rates(phi, phi_new)
-        if math.isfinite(self.region_radius):
+        cubic = self.cubic
+        if cubic is not None:
+            log_alpha1 = log_alpha1 + cubic.level_terms(theta, x_new)
+            rates = cubic.bound.level_rates(phi, phi_new)
+
+            def xi(idx: np.ndarray) -> np.ndarray:
+                return (remainder(theta, theta_new, idx)
+                        - cubic.row_terms(theta, theta_new, idx))
+        else:
+            rates = self.bound.level_rates(phi, phi_new)
+
+            def xi(idx: np.ndarray) -> np.ndarray:
+                return remainder(theta, theta_new, idx)
+        if cubic is None and math.isfinite(self.region_radius):
             # a level's pair leaves the ball where the constants hold: all its rows (the
             # switch depends on the pair {θ, θ'} of that level's move only)
             norm2 = float(phi @ phi)
             moved = norm2 - phi[:g] ** 2 + phi_new[:g] ** 2
             rates.fallback = rates.fallback | (norm2 > self.region_radius**2) | (
                 moved > self.region_radius**2)
-        info = mhss_accept_levels(
-            log_alpha1, rates, remainder=lambda idx: remainder(theta, theta_new, idx),
-            rng_index=rng_index, rng_accept=rng_accept)
+        info = mhss_accept_levels(log_alpha1, rates, remainder=xi, rng_index=rng_index,
+                                  rng_accept=rng_accept)
         out = theta.copy()
         out[lv] = np.where(info.accepted, x_new, x)
         return LevelSweep(out, info, chosen)

@@ -24,6 +24,7 @@ from pymc_subsample.bounds.choice import choose_rate_bound
 from pymc_subsample.bounds.user import UserBound, check_user_bound, user_row_constants
 from pymc_subsample.kernels.indexing import WeightedIndexSampler
 from pymc_subsample.kernels.mhss import MHSSInfo, ScalarRates, ThinningRates, mhss_accept
+from pymc_subsample.model.level_cubic import LevelCubic, level_cubic
 from pymc_subsample.model.levels import prior_derivatives, scale_coordinate
 from pymc_subsample.model.setup import glm_data_pass
 from pymc_subsample.proposals.proposal import BlockProposal, make_proposal
@@ -97,6 +98,12 @@ class MHSS(SubsamplingStep):
         With level moves: the probability with which each level is moved in an iteration
         (independently; 1, the default: every level). Fewer rows an iteration, less mixing of
         the levels.
+    level_cv_order : {2, 3}
+        With level moves (and ``cv_order=2``), the Taylor order of the control variates of
+        the moves that read rows (the levels', the fixed block's and the scale's): 3 adds the
+        rows' third-order terms from per-level sums (one more pass over the data at setup;
+        logistic rows of one factor only; ``docs/methods/mhss.md``, "Third-order terms for
+        the level moves").
     **kwargs
         ``temperature``, ``proposal`` (default ``"pcn"``), ``map_point``, ``proposal_cov``,
         ``scaling`` (the proposal's parameter: ``ρ``, default 0.5, for pCN), ``target_accept``
@@ -148,7 +155,8 @@ class MHSS(SubsamplingStep):
     }
 
     def __init__(self, vars=None, *, cv_order: int = 2, bound: UserBound | None = None,
-                 level_moves: bool | None = None, level_fraction: float = 1.0, **kwargs):
+                 level_moves: bool | None = None, level_fraction: float = 1.0,
+                 level_cv_order: int = 2, **kwargs):
         if cv_order is None:
             raise ValueError(
                 "MHSS needs control variates: cv_order must be 1 or 2 (got None). Use "
@@ -157,6 +165,13 @@ class MHSS(SubsamplingStep):
         if not 0.0 < level_fraction <= 1.0:
             raise ValueError(f"level_fraction must be in (0, 1] (the probability that a level "
                              f"is moved in an iteration); got {level_fraction!r}")
+        if isinstance(level_cv_order, bool) or level_cv_order not in (2, 3):
+            raise ValueError(f"level_cv_order must be 2 or 3; got {level_cv_order!r}")
+        if level_cv_order == 3 and (cv_order != 2 or bound is not None or level_moves is False):
+            raise ValueError("level_cv_order=3 extends the level moves' order-2 control "
+                             "variates: it needs cv_order=2, no UserBound and level moves "
+                             "(level_moves None or True)")
+        self.level_cv_order = level_cv_order
         self.bound = bound
         #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
         self.region_radius = math.inf
@@ -189,7 +204,7 @@ class MHSS(SubsamplingStep):
             self.region_radius = self._reference_pass.region_radius
             self.sharp_angles = self._reference_pass.sharp_angles
             if level_moves is not False:
-                self._set_level_moves(consts, required=bool(level_moves),
+                self._set_level_moves(consts, required=bool(level_moves or level_cv_order == 3),
                                       fraction=level_fraction)
             if self.level_moves is not None:
                 # the level bound serves both moves: the fixed block's (φ_L held) too
@@ -230,6 +245,9 @@ class MHSS(SubsamplingStep):
         proposal moving the other fixed coordinates only (``φ_L`` and those held)."""
         found = level_structure(self, rows)
         if isinstance(found, str):
+            if required and self.level_cv_order == 3:
+                raise ValueError(f"level_cv_order=3 needs level moves, but {found}. Use "
+                                 "level_cv_order=2.")
             if required:
                 raise ValueError(f"level_moves=True, but {found}. Leave level_moves=None to "
                                  "move all coordinates jointly.")
@@ -242,10 +260,15 @@ class MHSS(SubsamplingStep):
         self.level_moves = LevelMoves(
             frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
             self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
-            self.region_radius, fraction=fraction, hyper=hyper)
+            self.region_radius, fraction=fraction, hyper=hyper,
+            cubic=self._level_cubic(frame) if self.level_cv_order == 3 else None)
         crossed = crossed_levels(self, frame, hyper)
         if isinstance(crossed, str):
             _log.debug("no second factor: %s", crossed)
+        elif self.level_cv_order == 3:
+            raise ValueError("level_cv_order=3, but the model has a second, crossed grouping "
+                             "factor: the third-order level terms are for one factor. Use "
+                             "level_cv_order=2.")
         else:
             # both factors' levels bounded in their own coordinates (a row on two levels)
             self.level_moves.use_bound(crossed.bound, crossed.coords.point)
@@ -279,6 +302,14 @@ class MHSS(SubsamplingStep):
             proposal = BlockProposal(inner, g, stop, lik.dim)
         self.proposal = self.setup.proposal = proposal
         self._tuner.min_accept = proposal.min_accept  # the tuner was made for the joint one
+
+    def _level_cubic(self, frame) -> LevelCubic:
+        """The level moves' third-order terms (one more pass over the data), or refuse."""
+        cubic = level_cubic(self._reference_pass, frame)
+        if isinstance(cubic, str):
+            raise ValueError(f"level_cv_order=3, but {cubic}. Use level_cv_order=2.")
+        self.setup_profile["full_data_passes"] += 1
+        return cubic
 
     def _jump_sq(self, phi: np.ndarray, phi_new: np.ndarray) -> float:
         # the fixed block's move: its jump in the metric of the coordinates it moves (its
@@ -419,8 +450,11 @@ class MHSS(SubsamplingStep):
                                self.sampler)
         if self.level_moves is not None:
             # the fixed block's move changes every level a little: each category's own
-            # envelope, not the largest level's over all rows
-            return self.rate_bound.category_rates(phi, phi_new)
+            # envelope, not the largest level's over all rows (order 3's bound with the
+            # level moves' third-order terms)
+            cubic = self.level_moves.cubic
+            bound = self.rate_bound if cubic is None else cubic.bound
+            return bound.category_rates(phi, phi_new)
         return self.rate_bound.rates(phi, phi_new)
 
     def _euclidean_remainder_scale(self, theta, theta_new, phi, phi_new) -> float:
@@ -438,6 +472,14 @@ class MHSS(SubsamplingStep):
         """The MHSS decision of a move (its prior, proposal and Jacobian terms in
         ``move.log_rest``)."""
         cv_sum, remainder = self._row_differences(move.theta, move.theta_new)
+        cubic = None if self.level_moves is None else self.level_moves.cubic
+        if cubic is not None:
+            # the third-order terms of all rows: in stage 1, out of each row's remainder
+            theta, theta_new, order2 = move.theta, move.theta_new, remainder
+            cv_sum = cv_sum + cubic.total_terms(theta, theta_new)
+
+            def remainder(idx: np.ndarray) -> np.ndarray:
+                return order2(idx) - cubic.row_terms(theta, theta_new, idx)
         return mhss_accept(
             move.log_rest + cv_sum,
             self._thinning_rates(*move[:4]),

@@ -1,0 +1,204 @@
+r"""Third-order control variates for the moves of one grouping factor's levels
+(``docs/methods/mhss.md``, "Third-order terms for the level moves").
+
+A row of level ``k`` has ``a_i = η_i − η̂_i = c_i + t_iδ_k`` with ``c_i = x_{F,i}ᵀδ_F``
+(``δ = θ − θ̂``). Its third-order Taylor term ``(1/6)f‴_i a_i³`` (``f‴_i = f‴(η̂_i)``) changes, for
+a move ``δ_k → δ'_k`` with ``θ_F`` held, by
+
+.. math::
+
+    \tfrac16\sum_{i\in k} f'''_i(a_i'^3 - a_i^3) = \tfrac16\big(3\,\delta_F^\top W_k\delta_F\,
+    (\delta'_k - \delta_k) + 3\,V_k^\top\delta_F\,(\delta_k'^2 - \delta_k^2)
+    + T_k(\delta_k'^3 - \delta_k^3)\big)
+
+with the per-level sums ``T_k = Σ f‴_i t_i³``, ``V_k = Σ f‴_i t_i² x_{F,i}`` and
+``W_k = Σ f‴_i t_i x_{F,i}x_{F,i}ᵀ`` of one pass over the data at ``θ̂`` (:func:`level_cubic`;
+``O(G d_F²)`` numbers). With ``E = Σ_i f‴_i x_{F,i}^{⊗3}`` from the same pass, the cubic of all
+rows at any ``δ``,
+
+.. math::
+
+    \sum_i f^{(3)}_i a_i^3 = E[\delta_F]^3 + 3\sum_k \delta_k\,\delta_F^\top W_k\delta_F
+    + 3\sum_k \delta_k^2 V_k^\top\delta_F + \sum_k T_k\delta_k^3,
+
+serves any move of the step (the fixed block's and the scale's) in ``O(G d_F²)``. The rows'
+remainders after these terms are bounded with ``sup|f⁗|`` (the level bound at order 3,
+:mod:`pymc_subsample.bounds.levels`), from the same pass. The logistic family only:
+``|f⁗| ≤ 1/8`` on the whole line, so no region.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+from pymc_subsample.bounds import LevelBound, LevelRows, split_level_rows
+from pymc_subsample.kernels.gram import weighted_gram, weighted_level_sums
+from pymc_subsample.model.frame import LevelFrame
+from pymc_subsample.model.glm_pass import GLMPass
+from pymc_subsample.model.levels import SplitRows
+
+__all__ = ["LOGIT_FOURTH_SUP", "LevelCubic", "level_cubic"]
+
+#: ``sup |f⁗|`` of ``f(η) = yη − log(1 + e^η)``: ``f⁗ = −p(1−p)(1 − 6p + 6p²)``, largest at
+#: ``p = 1/2`` (``1/8``), ``p(1−p)|1 − 6p(1−p)| ≤ 1/8`` everywhere.
+LOGIT_FOURTH_SUP = 0.125
+
+#: Rows a block of the setup pass.
+CHUNK_ROWS = 1 << 15
+
+
+def _logit_third(eta: np.ndarray) -> np.ndarray:
+    """``f‴(η) = −p(1 − p)(1 − 2p)``, ``p = σ(η)``, of the logistic log-likelihood."""
+    p = expit(eta)
+    return -p * (1.0 - p) * (1.0 - 2.0 * p)
+
+
+class LevelCubic:
+    """The levels' third-order control-variate terms and the order-3 level bound (module
+    docstring), built by :func:`level_cubic`.
+
+    Attributes
+    ----------
+    t_sum : ndarray, shape (G,)
+        ``T_k``.
+    v_sum : ndarray, shape (G, d_F)
+        ``V_k`` on the fixed coordinates in ``layout.fixed`` order.
+    w_sum : ndarray, shape (G, d_F, d_F)
+        ``W_k``.
+    e_sum : ndarray, shape (d_F, d_F, d_F)
+        ``E``.
+    bound : LevelBound
+        The level bound of the order-3 remainders (``κ₃ = 1/24``, ``L₃ = 1/8``).
+    """
+
+    def __init__(self, glm_pass: GLMPass, frame: LevelFrame, t_sum: np.ndarray,
+                 v_sum: np.ndarray, w_sum: np.ndarray, e_sum: np.ndarray,
+                 bound: LevelBound) -> None:
+        self._pass, self.layout = glm_pass, frame.layout
+        self._theta_hat = frame.theta_hat
+        self._temperature = glm_pass.lik.temperature
+        self.t_sum, self.v_sum, self.w_sum, self.bound = t_sum, v_sum, w_sum, bound
+        self.e_sum = e_sum
+        # the fixed coordinates the rows read (not the group scale): the products below need
+        # only those, and a move of the others (the scale's) finds its coefficients cached
+        read = np.flatnonzero(np.any(v_sum != 0.0, axis=0) | np.any(w_sum != 0.0, axis=(0, 1))
+                              | np.any(e_sum != 0.0, axis=(0, 1)))
+        self._read = self.layout.fixed[read]
+        self._w_read = np.ascontiguousarray(w_sum[:, read][:, :, read])
+        self._v_read = np.ascontiguousarray(v_sum[:, read])
+        #: the last two :meth:`level_coefficients`, by their ``δ`` on the read coordinates
+        self._recent: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _fixed_delta(self, theta: np.ndarray) -> np.ndarray:
+        fixed = self.layout.fixed
+        return theta[fixed] - self._theta_hat[fixed]
+
+    def level_coefficients(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(δ_FᵀW_kδ_F, V_kᵀδ_F)`` per level at ``θ``'s fixed coordinates (``O(G d_F²)``;
+        a move asks at both ends, the next move at one of them again)."""
+        d = theta[self._read] - self._theta_hat[self._read]
+        key = d.tobytes()
+        found = self._recent.get(key)
+        if found is None:
+            g, d_r = self._v_read.shape
+            w = (self._w_read.reshape(g * d_r, d_r) @ d).reshape(g, d_r) @ d
+            found = (w, self._v_read @ d)
+            if len(self._recent) >= 2:
+                del self._recent[next(iter(self._recent))]
+            self._recent[key] = found
+        return found
+
+    def level_terms(self, theta: np.ndarray, x_new: np.ndarray) -> np.ndarray:
+        """``(1/6)Σ_{i∈k} f‴_i(a'_i³ − a_i³)`` of the moves ``u_k → x_new[k]`` of every level,
+        ``θ_F`` held: what stage 1 adds to the order-2 control variates."""
+        w, v = self.level_coefficients(theta)
+        lv = slice(self.layout.start, self.layout.stop)
+        d0, d1 = theta[lv] - self._theta_hat[lv], x_new - self._theta_hat[lv]
+        return (3.0 * w * (d1 - d0) + 3.0 * v * (d1 * d1 - d0 * d0)
+                + self.t_sum * (d1**3 - d0**3)) / 6.0
+
+    def cubic(self, theta: np.ndarray) -> float:
+        """``Σ_i f‴_i a_i³`` over all rows at ``θ`` (module docstring; ``O(G d_F²)``)."""
+        d = self._fixed_delta(theta)
+        lv = slice(self.layout.start, self.layout.stop)
+        dk = theta[lv] - self._theta_hat[lv]
+        w, v = self.level_coefficients(theta)
+        return float(((self.e_sum @ d) @ d) @ d + 3.0 * (dk @ w)
+                     + 3.0 * ((dk * dk) @ v) + self.t_sum @ dk**3)
+
+    def total_terms(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
+        """``(1/6)Σ_i f‴_i(a'_i³ − a_i³)`` over all rows, for any move ``θ → θ'``."""
+        return (self.cubic(theta_new) - self.cubic(theta)) / 6.0
+
+    def newton(self, theta: np.ndarray, mean: np.ndarray, precision: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """One Newton step from the level's conditional Gaussian ``(mean, precision)`` on the
+        cubic terms given ``θ_F`` (a function of ``θ_F`` only, so still one fixed proposal
+        density per level); levels where the precision would not stay positive keep theirs."""
+        w, v = self.level_coefficients(theta)
+        lv = slice(self.layout.start, self.layout.stop)
+        d = mean - self._theta_hat[lv]
+        # the cubic's first and second derivatives in δ_k at the mean
+        slope = 0.5 * w + v * d + 0.5 * self.t_sum * d * d
+        curve = v + self.t_sum * d
+        new_precision = precision - curve
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            ok = (new_precision > 0.0) & np.isfinite(new_precision) & np.isfinite(slope)
+            new_mean = np.where(ok, mean + slope / new_precision, mean)
+        return new_mean, np.where(ok, new_precision, precision)
+
+    def row_terms(self, theta: np.ndarray, theta_new: np.ndarray,
+                  idx: np.ndarray) -> np.ndarray:
+        """``(1/6)f‴_i(a'_i³ − a_i³)`` of the rows ``idx`` (tempered as the rows' terms), from
+        their pieces at ``θ̂`` (one call of the pass's compiled function on those rows)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size == 0:
+            return np.zeros(0)
+        _, pieces = self._pass.rows(self._theta_hat, idx, check=False)
+        x, _, _, _, eta_hat, _, _ = pieces[0]
+        xf = x.fixed_block()
+        start = self.layout.start
+        a = xf @ self._fixed_delta(theta) + x.value * (
+            theta[start + x.level] - self._theta_hat[start + x.level])
+        a_new = xf @ self._fixed_delta(theta_new) + x.value * (
+            theta_new[start + x.level] - self._theta_hat[start + x.level])
+        return _logit_third(eta_hat) * (a_new**3 - a**3) / (6.0 * self._temperature)
+
+
+def level_cubic(data_pass, frame: LevelFrame) -> LevelCubic | str:
+    """The third-order terms and their bound from one pass over all rows at ``θ̂``, or why
+    there are none (a string naming what is missing)."""
+    if not isinstance(data_pass, GLMPass) or data_pass.levels is None:
+        return "the rows are not one GLM predictor split by level"
+    if len(data_pass.terms) != 1:
+        return "more than one observed variable"
+    term = data_pass.terms[0]
+    if term.family.name != "bernoulli_logit":
+        return (f"observed variable '{term.name}' is {term.family.name}: the fourth-derivative "
+                "bound is the logistic family's (bernoulli_logit) only")
+    if term.curvature is not None or term.split.second_columns is not None:
+        return (f"observed variable '{term.name}' has a quadratic predictor or a second, "
+                "crossed factor")
+    lik, lay = data_pass.lik, frame.layout
+    g, d_f = lay.n_levels, lay.dim - lay.n_levels
+    temperature = lik.temperature
+    t_sum, v_sum = np.zeros(g), np.zeros((g, d_f))
+    w_sum, e_sum = np.zeros((g, d_f, d_f)), np.zeros((d_f, d_f, d_f))
+    rows = LevelRows.empty(lik.n_rows, g, 3)
+    for start in range(0, lik.n_rows, CHUNK_ROWS):
+        chunk = np.arange(start, min(start + CHUNK_ROWS, lik.n_rows), dtype=np.int64)
+        _, pieces = data_pass.rows(frame.theta_hat, chunk, check=False)
+        x, _, _, _, eta_hat, _, _ = pieces[0]
+        assert isinstance(x, SplitRows)
+        f3 = _logit_third(eta_hat) / temperature
+        xf, t, level = x.fixed_block(), x.value, x.level
+        t_sum += np.bincount(level, f3 * t**3, minlength=g)
+        v_sum += weighted_level_sums(level, f3 * t * t, xf, g)
+        for j in range(d_f):
+            w_sum[:, j, :] += weighted_level_sums(level, f3 * t * xf[:, j], xf, g)
+            e_sum[j] += weighted_gram(xf, f3 * xf[:, j])
+        xt = frame.whiten_rows(x)
+        sup = np.full(chunk.size, LOGIT_FOURTH_SUP / temperature)
+        rows.fill(chunk, split_level_rows(3, sup, xt.fixed, xt.level, xt.value, g))
+    return LevelCubic(data_pass, frame, t_sum, v_sum, w_sum, e_sum, LevelBound(rows, lay.dim))

@@ -1,0 +1,279 @@
+"""Third-order control variates for the level moves (``pymc_subsample.model.level_cubic``;
+docs/methods/mhss.md "Third-order terms for the level moves").
+
+The per-level sums ``T_k``, ``V_k``, ``W_k`` against the logistic formula's
+``Σ_{i∈k} f‴(η̂_i)(t³, t²x_F, t x_F x_Fᵀ)``; stage 1's cubic terms against the rows' own
+(their sum over each level's rows: the identity that keeps the decision exact); the order-3
+level bound against every row's remainder computed from the logistic formula on random pairs,
+both orders of the pair, on synthetic whitened rows and on the model's own rows; the refusals;
+and the posterior of the moves with the cubic terms against the stored NUTS reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.special import expit
+
+import pymc_subsample as pms
+from pymc_subsample.bounds import LevelBound, LevelRows, level_rows
+from pymc_subsample.datasets import random_effects_data, random_effects_model
+from pymc_subsample.model.level_cubic import LOGIT_FOURTH_SUP
+from tests.family_checks import check_posterior
+from tests.make_glm_references import MANY_GROUPS
+
+N_LEVELS, N_DENSE, N_ROWS = 30, 5, 2000
+CASE = (6000, 3, 80, 2)  # rows, fixed effects, levels, data seed
+
+
+def _f(eta, y):
+    return y * eta - np.logaddexp(0.0, eta)
+
+
+def _remainders3(eta_hat, y, a, a_new):
+    """``ξ_i`` after the third-order Taylor terms of the logistic ``f`` at ``η̂``."""
+    p = expit(eta_hat)
+    f1, f2 = y - p, -p * (1 - p)
+    f3 = f2 * (1 - 2 * p)
+    taylor = (f1 * (a_new - a) + 0.5 * f2 * (a_new**2 - a**2)
+              + f3 / 6.0 * (a_new**3 - a**3))
+    return _f(eta_hat + a_new, y) - _f(eta_hat + a, y) - taylor
+
+
+def test_logit_fourth_derivative_sup():
+    """``|f⁗| ≤ 1/8`` on a fine grid, reached at ``η = 0``."""
+    p = expit(np.linspace(-40, 40, 400_001))
+    f4 = -p * (1 - p) * (1 - 6 * p * (1 - p))
+    assert np.max(np.abs(f4)) <= LOGIT_FOURTH_SUP
+    assert np.max(np.abs(f4)) == pytest.approx(LOGIT_FOURTH_SUP, rel=1e-9)
+
+
+def test_order3_level_rates_bound_the_remainders_on_random_pairs():
+    """Synthetic whitened rows (one level, 90 %, or none), pairs that move the levels only,
+    0.05 to 5 sds: ``|ξ_i| ≤ B_i`` for every row, ``B_i`` symmetric in the pair, zero on rows
+    of no level, ``Λ_k = Σ_{i∈k} B_i``, each level's envelope above its rows' rates."""
+    rng = np.random.default_rng(3)
+    n, g = N_ROWS, N_LEVELS
+    xt = np.zeros((n, g + N_DENSE))
+    xt[:, g:] = rng.normal(size=(n, N_DENSE)) * 10 ** rng.uniform(-3, -1, size=(n, 1))
+    one = rng.uniform(size=n) < 0.9
+    xt[one, rng.integers(0, g, one.sum())] = 10 ** rng.uniform(-1.5, -0.5, one.sum())
+    eta_hat = rng.normal(size=n)
+    y = rng.binomial(1, expit(eta_hat)).astype(float)
+    sup = np.full(n, LOGIT_FOURTH_SUP)
+    bound = LevelBound(LevelRows(*level_rows(3, sup, xt, g), n_levels=g, order=3), xt.shape[1])
+    every, worst = np.arange(n), 0.0
+    for k in range(1500):
+        size = 0.05 * 100 ** (k / 1499)
+        phi = size * rng.standard_normal(xt.shape[1]) / math.sqrt(xt.shape[1]) * 3.0
+        phi_new = phi.copy()
+        phi_new[:g] += size * rng.uniform(0.05, 2.0) * rng.standard_normal(g)
+        rates = bound.level_rates(phi, phi_new)
+        for first, second in ((phi, phi_new), (phi_new, phi)):
+            coefficients, _ = bound.coefficients(first, second)
+            b = bound.sampler.weights * bound.polynomial(coefficients, every)
+            xi = _remainders3(eta_hat, y, xt @ first, xt @ second)
+            assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-13), k
+            worst = max(worst, float(np.max(np.abs(xi) / np.where(b > 0, b, np.inf))))
+        back, _ = bound.coefficients(phi_new, phi)
+        np.testing.assert_allclose(bound.polynomial(back, every),
+                                   bound.polynomial(coefficients, every), rtol=1e-12)
+        none = bound.category == g
+        assert np.all(b[none] == 0.0)
+        _, envelope = bound.coefficients(phi, phi_new, by_category=True)
+        top = np.zeros(g + 2)
+        np.maximum.at(top, bound.category, bound.sampler.weights.astype(np.float64))
+        assert np.all(b <= top[bound.category] * envelope[bound.category] * (1 + 1e-12))
+        if k % 500 == 0:
+            np.testing.assert_allclose(rates.expected,
+                                       np.bincount(bound.category[~none], b[~none], g),
+                                       rtol=1e-8)
+    assert worst > 0.02  # the bound is not vacuous
+
+
+@pytest.fixture(scope="module")
+def cubic_model():
+    n, d, g, seed = CASE
+    return random_effects_model(*random_effects_data(n, d, g, seed=seed), groups=g)
+
+
+@pytest.fixture(scope="module")
+def cubic_step(cubic_model):
+    with cubic_model:
+        step = pms.MHSS(level_cv_order=3)
+    assert step.level_moves is not None and step.level_moves.cubic is not None
+    return step
+
+
+def _design(step):
+    """``η̂_i``, the rows' ``x_F`` (in ``layout.fixed`` order), ``t_i`` and levels."""
+    n, d, g, seed = CASE
+    X, group, _ = random_effects_data(n, d, g, seed=seed)
+    lay = step.frame.layout
+    point = step.likelihood.unravel(step.theta_hat)
+    dense = np.zeros((n, lay.dim))
+    b = step.likelihood.unravel(np.arange(lay.dim, dtype=np.float64))["b"].astype(int)
+    dense[:, b] = X
+    dense[np.arange(n), lay.start + group] = 1.0
+    return X @ point["b"] + point["u"][group], dense[:, lay.fixed], group
+
+
+def test_level_cubic_sums_are_the_rows_third_derivatives(cubic_step):
+    """``T_k``, ``V_k``, ``W_k`` against ``Σ_{i∈k} f‴(η̂_i)(1, x_F, x_F x_Fᵀ)`` (``t_i = 1``)."""
+    eta, xf, group = _design(cubic_step)
+    p = expit(eta)
+    third = -p * (1 - p) * (1 - 2 * p)
+    cubic, g = cubic_step.level_moves.cubic, CASE[2]
+    np.testing.assert_allclose(cubic.t_sum, np.bincount(group, third, minlength=g),
+                               rtol=1e-9, atol=1e-12)
+    v = np.stack([np.bincount(group, third * xf[:, j], minlength=g)
+                  for j in range(xf.shape[1])], axis=1)
+    np.testing.assert_allclose(cubic.v_sum, v, rtol=1e-9, atol=1e-12)
+    w = np.einsum("i,ij,il->ijl", third, xf, xf)
+    expected = np.stack([w[group == k].sum(axis=0) for k in range(g)])
+    np.testing.assert_allclose(cubic.w_sum, expected, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(cubic.e_sum, np.einsum("i,ij,il,im->jlm", third, xf, xf, xf),
+                               rtol=1e-9, atol=1e-12)
+
+
+def _level_pair(step, rng, spread):
+    """A point off ``θ̂`` (the scale too) and a move of every level from it."""
+    moves = step.level_moves
+    hyper = step.hyper_move.coordinates
+    theta = step.theta_hat + rng.normal(scale=0.1 * spread, size=step.theta_hat.size)
+    theta[hyper] += rng.uniform(-1.0, 1.0)
+    theta_new = theta.copy()
+    theta_new[moves._levels] += rng.normal(scale=0.3 * spread, size=moves.n_levels)
+    return theta, theta_new
+
+
+def test_stage_one_cubic_is_the_rows_sum(cubic_step):
+    """Each level's stage-1 cubic term is the sum of its rows' subtracted terms (so
+    stage 1 plus the remainders is the exact log-likelihood difference)."""
+    step, rng = cubic_step, np.random.default_rng(5)
+    moves, cubic = step.level_moves, step.level_moves.cubic
+    every = np.arange(step.likelihood.n_rows)
+    _, _, group = _design(step)
+    for _ in range(10):
+        theta, theta_new = _level_pair(step, rng, 1.0)
+        rows = cubic.row_terms(theta, theta_new, every)
+        np.testing.assert_allclose(cubic.level_terms(theta, theta_new[moves._levels]),
+                                   np.bincount(group, rows, minlength=CASE[2]),
+                                   rtol=1e-9, atol=1e-12)
+
+
+def _any_pair(step, rng, spread):
+    """A point off ``θ̂`` and a move of every coordinate from it (the fixed block's and the
+    scale's moves change the fixed coordinates and all levels)."""
+    theta, theta_new = _level_pair(step, rng, spread)
+    theta_new += rng.normal(scale=0.03 * spread, size=theta.size)
+    return theta, theta_new
+
+
+def test_all_rows_cubic_is_the_rows_sum(cubic_step):
+    """The cubic of all rows (``E``, ``W``, ``V``, ``T``) for moves of every coordinate is
+    the sum of the rows' subtracted terms."""
+    step, rng = cubic_step, np.random.default_rng(6)
+    cubic = step.level_moves.cubic
+    every = np.arange(step.likelihood.n_rows)
+    for _ in range(10):
+        theta, theta_new = _any_pair(step, rng, 1.0)
+        total = cubic.row_terms(theta, theta_new, every).sum()
+        assert cubic.total_terms(theta, theta_new) == pytest.approx(total, rel=1e-9, abs=1e-10)
+
+
+def test_order3_bound_holds_on_the_models_rows(cubic_step):
+    """The order-3 level bound at :meth:`LevelMoves.rows_phi` against every row's remainder
+    (the step's order-2 remainder minus the cubic terms) on random pairs whose scale is far
+    from ``θ̂``'s (moves of the levels, and of every coordinate), both orders of the pair; the
+    rates symmetric; the remainders those of the logistic formula."""
+    step, rng = cubic_step, np.random.default_rng(7)
+    moves, cubic = step.level_moves, step.level_moves.cubic
+    every = np.arange(step.likelihood.n_rows)
+    eta_hat, xf, group = _design(step)
+    y = random_effects_data(*CASE[:3], seed=CASE[3])[2]
+    worst = 0.0
+    for k in range(60):
+        pair = _level_pair if k % 2 else _any_pair  # a level sweep, or a move of everything
+        theta, theta_new = pair(step, rng, 0.2 + 3.0 * k / 59)
+        for first, second in ((theta, theta_new), (theta_new, theta)):
+            rates = cubic.bound.category_rates(moves.rows_phi(first), moves.rows_phi(second))
+            b = rates.row_rates(every)
+            xi = (step.control_variate.remainder(first, second, every)
+                  - cubic.row_terms(first, second, every))
+            assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-12), k
+            worst = max(worst, float(np.max(np.abs(xi) / np.where(b > 0, b, np.inf))))
+            back = cubic.bound.category_rates(moves.rows_phi(second), moves.rows_phi(first))
+            np.testing.assert_allclose(back.row_rates(every), b, rtol=1e-12)
+            a = xf @ (first - step.theta_hat)[step.frame.layout.fixed] + (
+                first - step.theta_hat)[moves._levels][group]
+            a_new = xf @ (second - step.theta_hat)[step.frame.layout.fixed] + (
+                second - step.theta_hat)[moves._levels][group]
+            np.testing.assert_allclose(xi, _remainders3(eta_hat, y, a, a_new),
+                                       rtol=1e-6, atol=1e-10)
+    assert worst > 0.01  # the bound is not vacuous
+
+
+def test_newton_proposal_depends_on_the_fixed_coordinates_only(cubic_step):
+    """The levels' proposal Gaussians with the cubic's Newton step: the same from any value
+    of the levels (a fixed density of each level's move)."""
+    step, rng = cubic_step, np.random.default_rng(9)
+    moves = step.level_moves
+    theta, theta_new = _level_pair(step, rng, 1.0)
+    for a, b in zip(moves.conditional_gaussian(theta), moves.conditional_gaussian(theta_new),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_level_cv_order_refusals(cubic_model):
+    with cubic_model:
+        with pytest.raises(ValueError, match="cv_order=2"):
+            pms.MHSS(cv_order=1, level_cv_order=3)
+        with pytest.raises(ValueError, match="level moves"):
+            pms.MHSS(level_moves=False, level_cv_order=3)
+        with pytest.raises(ValueError, match="must be 2 or 3"):
+            pms.MHSS(level_cv_order=4)
+    X, group, y = random_effects_data(3000, 2, 70, seed=4)
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 1.0, shape=2)
+        s = pm.HalfNormal("s", 1.0)
+        u = pm.Normal("u", 0.0, s, shape=70)
+        pm.Bernoulli("obs", p=pm.math.invprobit(X @ b + u[group]), observed=y)
+        with pytest.raises(ValueError, match="'obs' is bernoulli_probit"):
+            pms.MHSS(level_cv_order=3)
+    X, group, y = random_effects_data(2000, 2, 20, seed=4)
+    with random_effects_model(X, group, y, groups=20):
+        with pytest.raises(ValueError, match="level_cv_order=3 needs level moves, but the "
+                                             "model has no grouping factor with 64"):
+            pms.MHSS(level_cv_order=3)
+
+
+def test_level_cv_order_refuses_crossed_factors():
+    """Rows on two crossed factors: the third-order terms are one factor's."""
+    rng = np.random.default_rng(1)
+    X = np.column_stack([np.ones(20_000), rng.normal(size=(20_000, 2))])
+    group, group2 = rng.integers(0, 100, 20_000), rng.integers(0, 20, 20_000)
+    y = rng.binomial(1, expit(0.3 * X[:, 1] + 0.5 * rng.normal(size=100)[group]))
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 10.0, shape=3)
+        u = pm.Normal("u", 0.0, pm.HalfNormal("s", 1.0), shape=100)
+        v = pm.Normal("v", 0.0, pm.HalfNormal("s2", 1.0), shape=20)
+        pm.Bernoulli("y", logit_p=X @ b + u[group] + v[group2], observed=y)
+        with pytest.raises(ValueError, match="'y' has a quadratic predictor or a second, "
+                                             "crossed factor. Use level_cv_order=2"):
+            pms.MHSS(level_cv_order=3)
+
+
+@pytest.mark.slow
+def test_many_levels_with_cubic_level_terms_match_nuts():
+    """64 levels with the level moves' third-order terms against the stored NUTS reference on
+    12,000 rows (the data and reference of ``tests/test_many_levels.py``), every coordinate."""
+    with random_effects_model(*random_effects_data(12_000, 3, MANY_GROUPS, seed=5),
+                              groups=MANY_GROUPS) as model:
+        step = pms.MHSS(level_cv_order=3)
+    assert step.level_moves.cubic is not None
+    check_posterior(model, step, "random_effects_many", others=("u", "s"), max_rows=40,
+                    case=(12_000, 3, 5), draws=3000)
