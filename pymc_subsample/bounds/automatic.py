@@ -246,15 +246,22 @@ class AutomaticFamily:
             # one derivative fewer in the last predictor with a positive index
             j = max(i for i, a in enumerate(alpha) if a)
             lower = tuple(a - (i == j) for i, a in enumerate(alpha))
-            grad = pt.grad(self._partial(lower).sum(), self._predictors[j],
-                           disconnected_inputs="ignore")
+            # with its siblings: every α built from ``lower`` (a derivative in a predictor
+            # from ``lower``'s last index on), in one backward pass through ``lower``'s graph
+            # and one rewrite of them together (one per sibling was half an ordinal probit's
+            # setup: its graphs in four predictors are large)
+            first = max((i for i, a in enumerate(lower) if a), default=0)
+            wrt = range(first, self.n_predictors)
+            grads = pt.grad(self._partial(lower).sum(), [self._predictors[i] for i in wrt],
+                            disconnected_inputs="ignore")
             # simplified at each order (rewriting the third derivatives at once can take
             # PyTensor minutes) up to SIMPLIFY_ORDER: beyond, the rewrites of a row term with
             # many predictors (an ordinal model's switch over its classes) ran for minutes,
             # and the unsimplified graphs are enclosed as validly (only less tightly)
-            simplify = sum(alpha) <= (3 if self.n_predictors <= 2 else SIMPLIFY_ORDER)
-            self._memo[alpha] = (rewrite_graph(grad, include=("canonicalize",))
-                                 if simplify else grad)
+            if sum(alpha) <= (3 if self.n_predictors <= 2 else SIMPLIFY_ORDER):
+                grads = rewrite_graph(grads, include=("canonicalize",))
+            for i, grad in zip(wrt, grads, strict=True):
+                self._memo[tuple(a + (k == i) for k, a in enumerate(lower))] = grad
         return self._memo[alpha]
 
     def derivatives(self, order: int) -> tuple[list[tuple[int, ...]], list[Variable]]:

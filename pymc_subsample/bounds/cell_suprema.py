@@ -234,7 +234,23 @@ class CellSuprema:
     def _from_cells(alphas, n_alpha, grid, table, span, home_ids, home, centres, widths, rows):
         """``S_α`` of the rows ``rows`` from their cells (:meth:`suprema`), the
         change over each row's box, the least each refined bound can be, and the rows with
-        no finite bound from their cells."""
+        no finite bound from their cells; :data:`EVAL_ROWS` rows at a time (NumPy's
+        temporaries then come from the heap: on a whole block this was 3.7 of an ordinal
+        probit's 21.5 setup seconds at 10⁶ rows)."""
+        if rows.size <= EVAL_ROWS:
+            return CellSuprema._cells_chunk(alphas, n_alpha, grid, table, span, home_ids, home,
+                                            centres, widths, rows)
+        parts = [CellSuprema._cells_chunk(alphas, n_alpha, grid, table, span[:, at],
+                                          home_ids[at], [h[at] for h in home], centres,
+                                          widths, rows[at])
+                 for at in (slice(s, s + EVAL_ROWS) for s in range(0, rows.size, EVAL_ROWS))]
+        return (*({alpha: np.concatenate([p[m][alpha] for p in parts]) for alpha in parts[0][m]}
+                  for m in range(3)),
+                np.concatenate([p[3] for p in parts]))
+
+    @staticmethod
+    def _cells_chunk(alphas, n_alpha, grid, table, span, home_ids, home, centres, widths, rows):
+        """:meth:`_from_cells` on one chunk of rows."""
         fields = grid.fields
         eps = np.finfo(float).eps
         # each row's centre less its home cell's (0 along a shared predictor)
@@ -250,6 +266,9 @@ class CellSuprema:
             late |= (np.abs(t) * (1.0 + 4.0 * eps)
                      > 0.5 * step * (1.0 + 2.0**-40) + np.abs(c) * 2.0**-48)
             offset.append(t)
+        # per varying predictor, once for all α: the offset's sign and size
+        ahead = [None if t is None else t >= 0.0 for t in offset]
+        size_of = [None if t is None else np.abs(t) for t in offset]
         dims = span.shape[0]
 
         def on_span(field: int) -> np.ndarray:
@@ -260,11 +279,20 @@ class CellSuprema:
             return out
 
         n_beta = len(alphas) - n_alpha
-        slope = {beta: (table[fields.slope + m][home_ids],
-                        table[fields.slope + n_beta + m][home_ids])
-                 for m, beta in enumerate(alphas[n_alpha:])}
-        spread = {beta: on_span(fields.gradient + m)
-                  for m, beta in enumerate(alphas[n_alpha:])}
+        index = {beta: m for m, beta in enumerate(alphas[n_alpha:])}
+        slopes = {}
+
+        def slope(beta):
+            """The home cell's enclosure of ``∂^β f`` and its magnitude (only the β a varying
+            predictor's centred form reads, each once)."""
+            if beta not in slopes:
+                m = index[beta]
+                g_lo = table[fields.slope + m][home_ids]
+                g_hi = table[fields.slope + n_beta + m][home_ids]
+                slopes[beta] = g_lo, g_hi, np.maximum(np.abs(g_lo), np.abs(g_hi))
+            return slopes[beta]
+
+        spread = {beta: on_span(fields.gradient + m) for beta, m in index.items()}
         w_rows = [w[rows] for w in widths]
         best, box, lower = {}, {}, {}
         for k, alpha in enumerate(alphas[:n_alpha]):
@@ -272,30 +300,32 @@ class CellSuprema:
             lo = table[fields.point + k][home_ids]
             hi = table[fields.point + n_alpha + k][home_ids]
             size = np.maximum(np.abs(lo), np.abs(hi))
-            box[alpha] = 0.0
+            change = None
             with np.errstate(invalid="ignore", over="ignore"):
                 for j, w in enumerate(w_rows):
                     beta = tuple(a + (i == j) for i, a in enumerate(alpha))
-                    box[alpha] = box[alpha] + w * spread[beta]
+                    term = w * spread[beta]
+                    change = term if change is None else np.add(change, term, out=change)
                     if offset[j] is None:
                         continue
                     # ∂^α f(p̂) ∈ ∂^α f(c) + (p̂_j − c_j) ∂_j∂^α f(home cell) (centred form)
                     t = offset[j]
-                    g_lo, g_hi = slope[beta]
-                    lo = lo + np.where(t >= 0.0, t * g_lo, t * g_hi)
-                    hi = hi + np.where(t >= 0.0, t * g_hi, t * g_lo)
-                    size = size + np.abs(t) * np.maximum(np.abs(g_lo), np.abs(g_hi))
+                    g_lo, g_hi, g_size = slope(beta)
+                    np.add(lo, t * np.where(ahead[j], g_lo, g_hi), out=lo)
+                    np.add(hi, t * np.where(ahead[j], g_hi, g_lo), out=hi)
+                    np.add(size, size_of[j] * g_size, out=size)
                 # outward past the rounding of these few sums and products
                 slack = 8.0 * eps * size + 2.0**-1070
-                lo, hi = lo - slack, hi + slack
-                at_point = np.maximum(np.abs(lo), np.abs(hi))
+                np.subtract(lo, slack, out=lo)
+                np.add(hi, slack, out=hi)
+                lo_size, hi_size = np.abs(lo), np.abs(hi)
                 # rounded up: a sum of bounds is a bound in exact arithmetic
-                bound = (at_point + box[alpha]) * (1.0 + 8.0 * eps)
+                bound = (np.maximum(lo_size, hi_size) + change) * (1.0 + 8.0 * eps)
                 best[alpha] = np.minimum(natural, np.nextafter(bound, np.inf))
                 # the least the row's refined bound may be
-                least = np.where((lo > 0.0) | (hi < 0.0), np.minimum(np.abs(lo), np.abs(hi)),
-                                 0.0)
-                lower[alpha] = least + box[alpha]
+                least = np.where((lo > 0.0) | (hi < 0.0), np.minimum(lo_size, hi_size), 0.0)
+                box[alpha] = change
+                lower[alpha] = least + change
             late |= ~np.isfinite(best[alpha])
         return best, box, lower, late
 
