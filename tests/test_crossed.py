@@ -25,6 +25,7 @@ from pymc_subsample.bounds import (
     crossed_level_rows,
     family,
     row_directions,
+    row_signs,
 )
 from pymc_subsample.bounds.crossed import DIRECTION_SCALE, direction_error
 from pymc_subsample.model.levels import SplitRows
@@ -41,16 +42,18 @@ def _crossed_rows(rng, order, directions=True):
     with each row's direction kept unless ``directions`` is False)."""
     n = N_ROWS
     dense = rng.normal(size=(n, D_R)) * 10 ** rng.uniform(-3, -1, size=(n, 1))
-    first = 10 ** rng.uniform(-1.5, -0.5, n)
-    second = 10 ** rng.uniform(-2.0, -1.0, n) * (rng.uniform(size=n) < 0.9)
+    first = 10 ** rng.uniform(-1.5, -0.5, n) * rng.choice([-1.0, 1.0], n)
+    second = 10 ** rng.uniform(-2.0, -1.0, n) * (rng.uniform(size=n) < 0.9) * rng.choice(
+        [-1.0, 1.0], n)
     level, level2 = rng.integers(0, G1, n), rng.integers(0, G2, n)
     eta_hat = rng.normal(size=n)
     y = rng.binomial(1, expit(eta_hat)).astype(float)
     sup = family("bernoulli_logit").row_sup(order, np.ones(n), y)
     pieces = crossed_level_rows(order, sup, dense, first, level, second, level2,
                                 math.sqrt(D_R))
+    kept = directions and (row_directions(dense), row_signs(first, second))
     rows = CrossedRows(*pieces, n_levels=G1, n_levels2=G2, order=order,
-                       direction=row_directions(dense) if directions else None)
+                       direction=kept[0] if kept else None, signs=kept[1] if kept else None)
     return (dense, first, level, second, level2), eta_hat, y, CrossedBound(rows, D_R)
 
 
@@ -106,8 +109,8 @@ def test_crossed_rates_bound_the_remainders_on_random_pairs(order, directions):
 
 def test_row_directions_bound_the_fixed_share():
     """``‖q_i − q̃_i‖ ≤ ε`` for every row (rows of every scale, zero rows included), and
-    with the directions kept each row's rates are at most Cauchy–Schwarz's, several times
-    below them on a move of everything (``d_R = 4``: ``|q̃ᵀψ_R|`` against ``‖ψ_R‖``)."""
+    with the directions and signs kept each row's rates are at most Cauchy–Schwarz's, several
+    times below them on a move of everything (``d_R = 4``: ``|q̃ᵀψ_R|`` against ``‖ψ_R‖``)."""
     rng = np.random.default_rng(11)
     dense = rng.normal(size=(5000, 9)) * 10 ** rng.uniform(-8, 3, size=(5000, 1))
     dense[:7] = 0.0
@@ -141,7 +144,10 @@ def test_crossed_level_rates_draw_a_poisson_process_per_level(factor):
     psi = rng.standard_normal(dim)
     psi_new = psi.copy()
     moved = slice(0, G1) if factor == 0 else slice(G1, G1 + G2)
-    psi_new[moved] += 3.0 * rng.standard_normal(moved.stop - moved.start)
+    # the second factor's rows are lighter (β_i ≤ 0.1): a longer move gives enough rows
+    # expected 25 times or more
+    psi_new[moved] += (3.0 if factor == 0 else 8.0) * rng.standard_normal(
+        moved.stop - moved.start)
     rates = bound.level_rates(psi, psi_new, factor)
     b = bound.row_rates(bound.factors(psi, psi_new), np.arange(N_ROWS))
     level = bound.level if factor == 0 else bound.level2

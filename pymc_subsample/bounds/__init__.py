@@ -65,6 +65,7 @@ from pymc_subsample.bounds.crossed import (
     CrossedRows,
     crossed_level_rows,
     row_directions,
+    row_signs,
 )
 from pymc_subsample.bounds.family import (
     Family,
@@ -133,6 +134,7 @@ __all__ = [
     "glm_row_constants",
     "crossed_level_rows",
     "row_directions",
+    "row_signs",
     "level_rows",
     "split_level_rows",
     "location_scale_families",

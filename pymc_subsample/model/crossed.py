@@ -213,5 +213,5 @@ def crossed_rows(data_pass, coords: CrossedCoordinates, theta_hat: np.ndarray, o
         norms = np.sqrt(np.einsum("ij,ij->i", dense, dense) + first**2 + second**2)
         sup = term.family.row_sup(order, norms, y, params, eta_hat=eta_hat) / lik.temperature
         out.fill(chunk, crossed_level_rows(order, sup, dense, first, level, second, level2,
-                                           dense_weight), dense)
+                                           dense_weight), (dense, first, second))
     return out
