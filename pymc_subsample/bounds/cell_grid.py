@@ -106,7 +106,6 @@ class CellGrid:
         #: bits of a cell key per varying predictor's step, and the largest |step| it holds
         self.step_bits = (63 - self.CODE_BITS) // max(n_varying, 1)
         self.max_step = 2 ** (self.step_bits - 1) - 2 * GROUP_MAX_SPAN
-        self.prefilled = False
         self._lock = threading.Lock()
         self._codes: dict[bytes, int] = {}
         # per data column, each code's value (exact) or interval (binned)
