@@ -60,13 +60,7 @@ from pymc_subsample.bounds import (  # noqa: F401  (each module registers its fa
     poisson,
     student_t,
 )
-from pymc_subsample.bounds.crossed import (
-    CrossedBound,
-    CrossedRows,
-    crossed_level_rows,
-    row_directions,
-    row_signs,
-)
+from pymc_subsample.bounds.crossed import CrossedBound, CrossedRows, crossed_level_rows
 from pymc_subsample.bounds.family import (
     Family,
     LocationScaleFamily,
@@ -133,8 +127,6 @@ __all__ = [
     "glm_loglik",
     "glm_row_constants",
     "crossed_level_rows",
-    "row_directions",
-    "row_signs",
     "level_rows",
     "split_level_rows",
     "location_scale_families",

@@ -36,27 +36,6 @@ LevelMoveRates`, which draws a level's rows uniformly), by levels of either fact
 moves of one factor's levels), or summed over the first factor's levels
 (any move, :class:`CrossedCategoryRates`). ``docs/methods/mhss.md``, "Rows on two crossed
 factors".
-
-The fixed coordinates' share is tightened row by row where a row's direction is kept
-(:func:`row_directions`, ``d_R ≤`` :data:`MAX_DIRECTION_DIM`): with ``q_i = γ_i/‖γ_i‖`` kept
-to ``q̃_i = round(127 q_i)/127``, ``‖q_i − q̃_i‖ ≤ ε = √d_R/254``, so
-
-.. math::
-
-    |\gamma_i^\top\psi_R| \le \lVert\gamma_i\rVert\,\min\bigl(\lVert\psi_R\rVert,\
-        |\tilde q_i^\top\psi_R| + \varepsilon\lVert\psi_R\rVert\bigr):
-
-a row's ``u`` becomes ``u_i = min(u, |q̃_iᵀψ_R|/w_D + εu) ≤ u`` in its rates (the thinning),
-while the envelopes keep ``u`` (so ``B_i ≤ c̄_i E_k`` still). With the signs ``s_α``, ``s_β``
-of ``α_i``, ``β_i`` kept too, the three parts add with their signs:
-
-.. math::
-
-    |a_i| \le S_i\bigl(\bigl|ρ_i\,\tilde q_i^\top\psi_R/w_D + σ_i s_{α,i}\psi_{U,k_i}/w_K
-        + τ_i s_{β,i}\psi_{V,l_i}/w_K\bigr| + ρ_i ε u\bigr),
-
-and each linear factor is the smaller of the two forms. ``d_R + 2`` bytes a row, read only
-for the candidate rows (no data is read for them).
 """
 
 from __future__ import annotations
@@ -69,36 +48,8 @@ from pymc_subsample.bounds.levels import LEVEL_WEIGHT, ORDER_FACTOR, SHARE_MARGI
 from pymc_subsample.bounds.remainder import check_order
 from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
-__all__ = ["MAX_DIRECTION_DIM", "CrossedBound", "CrossedCategoryRates", "CrossedLevelRates",
-           "CrossedRows", "crossed_level_rows", "row_directions", "row_signs"]
-
-#: The most fixed coordinates ``d_R`` for which each row's direction is kept (``d_R`` bytes
-#: a row: 64 MB at 10⁶ rows); above it the fixed share is bounded by Cauchy–Schwarz alone.
-MAX_DIRECTION_DIM = 64
-#: ``q̃ = round(DIRECTION_SCALE · q) / DIRECTION_SCALE`` in int8.
-DIRECTION_SCALE = 127
-
-
-def direction_error(dense_dim: int) -> float:
-    """``ε ≥ ‖q − q̃‖`` (``√d_R`` times the rounding's half step, with a margin for the
-    float64 arithmetic of ``q`` and of ``q̃ᵀψ``)."""
-    return 0.5 * np.sqrt(dense_dim) / DIRECTION_SCALE + 1e-9
-
-
-def row_signs(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    """The signs of ``α_i`` and ``β_i`` (+1 at 0) as int8, shape ``(n, 2)``."""
-    return np.where(np.column_stack([first, second]) < 0.0, -1, 1).astype(np.int8)
-
-
-def row_directions(dense: np.ndarray) -> np.ndarray:
-    """``round(127 γ_i/‖γ_i‖)`` of a block of rows as int8, shape ``(n, d_R)`` (0 where
-    ``γ_i = 0``)."""
-    dense = np.asarray(dense, dtype=np.float64)
-    norm = np.sqrt(np.einsum("ij,ij->i", dense, dense))[:, None]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        unit = np.where(norm > 0.0, dense / norm, 0.0)
-    return np.clip(np.rint(DIRECTION_SCALE * unit), -DIRECTION_SCALE,
-                   DIRECTION_SCALE).astype(np.int8)
+__all__ = ["CrossedBound", "CrossedCategoryRates", "CrossedLevelRates", "CrossedRows",
+           "crossed_level_rows"]
 
 
 @dataclass(frozen=True)
@@ -115,10 +66,6 @@ class CrossedRows:
         ``k_i`` (first factor, ``0 … G − 1``) and ``l_i`` (second, ``0 … G₂ − 1``).
     n_levels, n_levels2 : int
     order : int
-    direction : ndarray of int8, shape (N, d_R), optional
-        :func:`row_directions` (None: the fixed share by Cauchy–Schwarz alone).
-    signs : ndarray of int8, shape (N, 2), optional
-        :func:`row_signs` (with ``direction``).
     """
 
     weights: np.ndarray
@@ -129,34 +76,18 @@ class CrossedRows:
     n_levels: int
     n_levels2: int
     order: int
-    direction: np.ndarray | None = None
-    signs: np.ndarray | None = None
 
     @staticmethod
-    def empty(n_rows: int, n_levels: int, n_levels2: int, order: int, dense_dim: int = 0
-              ) -> CrossedRows:
-        """Rows to :meth:`fill`; with each row's direction and signs when
-        ``0 < dense_dim ≤ MAX_DIRECTION_DIM``."""
-        keep = 0 < dense_dim <= MAX_DIRECTION_DIM
+    def empty(n_rows: int, n_levels: int, n_levels2: int, order: int) -> CrossedRows:
         return CrossedRows(np.zeros(n_rows, np.float32), np.ones(n_rows, np.float32),
                            np.zeros(n_rows, np.float32), np.zeros(n_rows, np.int32),
-                           np.zeros(n_rows, np.int32), n_levels, n_levels2, order,
-                           np.zeros((n_rows, dense_dim), np.int8) if keep else None,
-                           np.ones((n_rows, 2), np.int8) if keep else None)
+                           np.zeros(n_rows, np.int32), n_levels, n_levels2, order)
 
-    def fill(self, rows: np.ndarray, block: tuple[np.ndarray, ...],
-             parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
-        """Write one block of :func:`crossed_level_rows` into the rows ``rows``, and the
-        directions and signs of their ``(γ_i, α_i, β_i)`` (``parts``) where they are kept."""
+    def fill(self, rows: np.ndarray, block: tuple[np.ndarray, ...]) -> None:
+        """Write one block of :func:`crossed_level_rows` into the rows ``rows``."""
         for target, values in zip((self.weights, self.share_fixed, self.share_first,
                                    self.level, self.level2), block, strict=True):
             target[rows] = values
-        if self.direction is not None and self.signs is not None:
-            if parts is None:
-                raise ValueError("these rows keep each row's direction: pass (γ_i, α_i, β_i)")
-            dense, first, second = parts
-            self.direction[rows] = row_directions(dense)
-            self.signs[rows] = row_signs(first, second)
 
 
 def crossed_level_rows(order: int, sup: np.ndarray, dense: np.ndarray, first: np.ndarray,
@@ -213,24 +144,18 @@ class _LevelIndex:
 
 
 class _Factors:
-    """``u``, ``v_k``, ``w_l`` and ``ψ_R`` of ``ψ``, ``ψ'`` and ``h = ψ' − ψ`` (rows 0, 1,
-    2)."""
+    """``u``, ``v_k``, ``w_l`` of ``ψ``, ``ψ'`` and ``h = ψ' − ψ`` (rows 0, 1, 2)."""
 
     def __init__(self, psi: np.ndarray, psi_new: np.ndarray, g: int, g2: int,
                  dense_weight: float) -> None:
         self.u = np.empty(3)
         self.v = np.empty((3, g))
         self.w = np.empty((3, g2))
-        self.tail = np.empty((3, psi.size - g - g2))
-        #: ``ψ_{U,k}/w_K`` and ``ψ_{V,l}/w_K`` with their signs (``v``, ``w`` their moduli)
-        self.v_signed = np.empty((3, g))
-        self.w_signed = np.empty((3, g2))
         for row, vec in enumerate((psi, psi_new, psi_new - psi)):
-            tail = self.tail[row] = vec[g + g2:]
+            tail = vec[g + g2:]
             self.u[row] = np.sqrt(float(tail @ tail)) / dense_weight
-            self.v_signed[row] = vec[:g] / LEVEL_WEIGHT
-            self.w_signed[row] = vec[g : g + g2] / LEVEL_WEIGHT
-        self.v, self.w = np.abs(self.v_signed), np.abs(self.w_signed)
+            self.v[row] = np.abs(vec[:g]) / LEVEL_WEIGHT
+            self.w[row] = np.abs(vec[g : g + g2]) / LEVEL_WEIGHT
 
 
 class CrossedBound:
@@ -249,13 +174,6 @@ class CrossedBound:
         self.share_fixed, self.share_first = rows.share_fixed, rows.share_first
         self.level, self.level2 = rows.level, rows.level2
         self.dense_weight = float(np.sqrt(max(dense_dim, 1)))
-        self.direction = rows.direction
-        self.signs = rows.signs
-        if self.direction is not None and (self.direction.shape[1] != dense_dim
-                                           or self.signs is None):
-            raise ValueError(f"the rows' directions have {self.direction.shape[1]} coordinates, "
-                             f"not d_R = {dense_dim}, or come without their signs")
-        self._direction_error = direction_error(dense_dim)
         self._index: dict[int, _LevelIndex] = {}
 
     def index(self, factor: int) -> _LevelIndex:
@@ -280,44 +198,17 @@ class CrossedBound:
         sigma = self.share_first[idx].astype(np.float64)
         tau = np.maximum(1.0 - rho - sigma, 0.0)
         k, l_ = self.level[idx], self.level2[idx]
-        signed = self._signed_factors(factors, idx, rho, sigma, tau)
         lin = []
         for row in range(3):
             u, v, w = factors.u[row], factors.v[row, k], factors.w[row, l_]
             # stored shares are float32: the margin covers their rounding (and τ's)
             top = np.maximum(np.maximum(u, v), w)
-            each = rho * u + sigma * v + tau * w
-            if signed is not None:
-                each = np.minimum(each, signed[row])
-            lin.append(each + SHARE_MARGIN * top)
+            lin.append(rho * u + sigma * v + tau * w + SHARE_MARGIN * top)
         a, a_new, h = lin
         weights = self.sampler.weights[idx].astype(np.float64)
         if self.order == 1:
             return weights * h * (a + a_new)
         return weights * h * (a * a + a * a_new + a_new * a_new)
-
-    def _signed_factors(self, factors: _Factors, idx: np.ndarray, rho: np.ndarray,
-                        sigma: np.ndarray, tau: np.ndarray) -> np.ndarray | None:
-        """Each row's linear factors of ``ψ``, ``ψ'`` and ``h`` from its direction and signs
-        (module docstring), shape ``(3, len(idx))``; None where they are not kept."""
-        if self.direction is None or self.signs is None:
-            return None
-        # (n, d_R) int8 against (d_R, 3): exact integers times float64
-        dots = (self.direction[idx].astype(np.float64) @ factors.tail.T).T
-        dots /= DIRECTION_SCALE * self.dense_weight
-        s_first = self.signs[idx, 0].astype(np.float64)
-        s_second = self.signs[idx, 1].astype(np.float64)
-        k, l_ = self.level[idx], self.level2[idx]
-        out = np.empty_like(dots)
-        for row in range(3):
-            levels = (sigma * s_first * factors.v_signed[row, k]
-                      + tau * s_second * factors.w_signed[row, l_])
-            slack = self._direction_error * factors.u[row]
-            together = np.abs(rho * dots[row] + levels) + rho * slack
-            own = np.minimum(np.abs(dots[row]) + slack, factors.u[row])
-            out[row] = np.minimum(rho * own + sigma * factors.v[row, k]
-                                  + tau * factors.w[row, l_], together)
-        return out
 
     def envelopes(self, factors: _Factors, factor: int) -> np.ndarray:
         """Per level of ``factor``, a bound on ``B_i / c̄_i`` of its rows: each linear factor

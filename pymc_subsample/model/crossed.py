@@ -200,8 +200,7 @@ def crossed_rows(data_pass, coords: CrossedCoordinates, theta_hat: np.ndarray, o
     levels."""
     (term,) = data_pass.terms
     lik = data_pass.lik
-    out = CrossedRows.empty(lik.n_rows, coords.n_levels, coords.n_levels2, order,
-                           coords.dense_dim)
+    out = CrossedRows.empty(lik.n_rows, coords.n_levels, coords.n_levels2, order)
     dense_weight = float(np.sqrt(max(coords.dense_dim, 1)))
     for chunk in lik.row_chunks():
         _, (piece,) = data_pass.rows(theta_hat, chunk, check=False)
@@ -213,5 +212,5 @@ def crossed_rows(data_pass, coords: CrossedCoordinates, theta_hat: np.ndarray, o
         norms = np.sqrt(np.einsum("ij,ij->i", dense, dense) + first**2 + second**2)
         sup = term.family.row_sup(order, norms, y, params, eta_hat=eta_hat) / lik.temperature
         out.fill(chunk, crossed_level_rows(order, sup, dense, first, level, second, level2,
-                                           dense_weight), (dense, first, second))
+                                           dense_weight))
     return out
