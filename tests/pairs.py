@@ -138,3 +138,18 @@ def step_remainder_shares(step, rng: np.random.Generator, n_pairs: int = 20) -> 
         assert np.all(xi <= bound)
         shares.append(xi.sum() / bound.sum())
     return shares
+
+
+def synthetic_level_rows(rng: np.random.Generator, n_rows: int, n_levels: int, n_dense: int
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Whitened logistic rows of a level model: ``(x̃, η̂, y)``, 90 % of the rows on one level
+    (scale 10^−1.5 … 10^−0.5), the rest on none, ``n_dense`` fixed coordinates (10^−3 …
+    10^−1)."""
+    xt = np.zeros((n_rows, n_levels + n_dense))
+    xt[:, n_levels:] = (rng.normal(size=(n_rows, n_dense))
+                        * 10 ** rng.uniform(-3, -1, size=(n_rows, 1)))
+    one = rng.uniform(size=n_rows) < 0.9
+    xt[one, rng.integers(0, n_levels, one.sum())] = 10 ** rng.uniform(-1.5, -0.5, one.sum())
+    eta_hat = rng.normal(size=n_rows)
+    y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta_hat))).astype(float)
+    return xt, eta_hat, y

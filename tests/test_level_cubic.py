@@ -24,6 +24,7 @@ from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.model.level_cubic import LOGIT_FOURTH_SUP
 from tests.family_checks import check_posterior
 from tests.make_glm_references import MANY_GROUPS
+from tests.pairs import synthetic_level_rows
 
 N_LEVELS, N_DENSE, N_ROWS = 30, 5, 2000
 CASE = (6000, 3, 80, 2)  # rows, fixed effects, levels, data seed
@@ -57,12 +58,7 @@ def test_order3_level_rates_bound_the_remainders_on_random_pairs():
     of no level, ``Λ_k = Σ_{i∈k} B_i``, each level's envelope above its rows' rates."""
     rng = np.random.default_rng(3)
     n, g = N_ROWS, N_LEVELS
-    xt = np.zeros((n, g + N_DENSE))
-    xt[:, g:] = rng.normal(size=(n, N_DENSE)) * 10 ** rng.uniform(-3, -1, size=(n, 1))
-    one = rng.uniform(size=n) < 0.9
-    xt[one, rng.integers(0, g, one.sum())] = 10 ** rng.uniform(-1.5, -0.5, one.sum())
-    eta_hat = rng.normal(size=n)
-    y = rng.binomial(1, expit(eta_hat)).astype(float)
+    xt, eta_hat, y = synthetic_level_rows(rng, n, g, N_DENSE)
     sup = np.full(n, LOGIT_FOURTH_SUP)
     bound = LevelBound(LevelRows(*level_rows(3, sup, xt, g), n_levels=g, order=3), xt.shape[1])
     every, worst = np.arange(n), 0.0

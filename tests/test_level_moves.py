@@ -27,20 +27,15 @@ from pymc_subsample.model.levels import LevelPrior, prior_derivatives, scale_coo
 from pymc_subsample.model.likelihood import SubsampledLikelihood
 from pymc_subsample.model.passes import GLMPass
 from pymc_subsample.steps.hyper_moves import HyperMove
-from tests.pairs import assert_poisson_counts, poisson_process_counts
+from tests.pairs import assert_poisson_counts, poisson_process_counts, synthetic_level_rows
 
 N_LEVELS, N_DENSE, N_ROWS = 30, 5, 2000
 
 
 def _level_rows(rng, order):
     """Whitened rows with one level (90 %) or none, η̂, y and their level bound (logistic)."""
-    n, g = N_ROWS, N_LEVELS
-    xt = np.zeros((n, g + N_DENSE))
-    xt[:, g:] = rng.normal(size=(n, N_DENSE)) * 10 ** rng.uniform(-3, -1, size=(n, 1))
-    one = rng.uniform(size=n) < 0.9
-    xt[one, rng.integers(0, g, one.sum())] = 10 ** rng.uniform(-1.5, -0.5, one.sum())
-    eta_hat = rng.normal(size=n)
-    y = rng.binomial(1, expit(eta_hat)).astype(float)
+    g = N_LEVELS
+    xt, eta_hat, y = synthetic_level_rows(rng, N_ROWS, g, N_DENSE)
     sup = family("bernoulli_logit").row_sup(order, np.linalg.norm(xt, axis=1), y)
     rows = LevelRows(*level_rows(order, sup, xt, g), n_levels=g, order=order)
     return xt, eta_hat, y, LevelBound(rows, g + N_DENSE)
