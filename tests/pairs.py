@@ -153,3 +153,19 @@ def synthetic_level_rows(rng: np.random.Generator, n_rows: int, n_levels: int, n
     eta_hat = rng.normal(size=n_rows)
     y = rng.binomial(1, 1.0 / (1.0 + np.exp(-eta_hat))).astype(float)
     return xt, eta_hat, y
+
+
+def assert_level_rates_consistent(bound, rates, phi: np.ndarray, phi_new: np.ndarray,
+                                  b: np.ndarray, n_levels: int, *, totals: bool) -> None:
+    """A level bound's per-row rates ``b`` of the move ``φ → φ'``: zero on rows of no level,
+    under each category's envelope (over its own rows' shares), and with ``totals`` each
+    level's ``Λ_k`` (``rates.expected``) their sum."""
+    none = bound.category == n_levels
+    assert np.all(b[none] == 0.0)
+    _, envelope = bound.coefficients(phi, phi_new, by_category=True)
+    top = np.zeros(n_levels + 2)
+    np.maximum.at(top, bound.category, bound.sampler.weights.astype(np.float64))
+    assert np.all(b <= top[bound.category] * envelope[bound.category] * (1 + 1e-12))
+    if totals:
+        np.testing.assert_allclose(
+            rates.expected, np.bincount(bound.category[~none], b[~none], n_levels), rtol=1e-8)

@@ -24,7 +24,7 @@ from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.model.level_cubic import LOGIT_FOURTH_SUP
 from tests.family_checks import check_posterior
 from tests.make_glm_references import MANY_GROUPS
-from tests.pairs import synthetic_level_rows
+from tests.pairs import assert_level_rates_consistent, synthetic_level_rows
 
 N_LEVELS, N_DENSE, N_ROWS = 30, 5, 2000
 CASE = (6000, 3, 80, 2)  # rows, fixed effects, levels, data seed
@@ -77,16 +77,7 @@ def test_order3_level_rates_bound_the_remainders_on_random_pairs():
         back, _ = bound.coefficients(phi_new, phi)
         np.testing.assert_allclose(bound.polynomial(back, every),
                                    bound.polynomial(coefficients, every), rtol=1e-12)
-        none = bound.category == g
-        assert np.all(b[none] == 0.0)
-        _, envelope = bound.coefficients(phi, phi_new, by_category=True)
-        top = np.zeros(g + 2)
-        np.maximum.at(top, bound.category, bound.sampler.weights.astype(np.float64))
-        assert np.all(b <= top[bound.category] * envelope[bound.category] * (1 + 1e-12))
-        if k % 500 == 0:
-            np.testing.assert_allclose(rates.expected,
-                                       np.bincount(bound.category[~none], b[~none], g),
-                                       rtol=1e-8)
+        assert_level_rates_consistent(bound, rates, phi, phi_new, b, g, totals=k % 500 == 0)
     assert worst > 0.02  # the bound is not vacuous
 
 
