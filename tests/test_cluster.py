@@ -101,3 +101,25 @@ def test_nan_rows_read_on_the_workers_are_refused(client, monkeypatch):
     with glm_model(da.from_array(X, chunks=(CHUNK, D)), y, "logistic", tall=True), \
             pytest.raises(SubsamplingModelError, match=r"data 'X'.*'y'.*NaN or infinite"):
         pms.MHSS()
+
+
+@pytest.mark.slow
+def test_a_pass_in_order_runs_on_the_client_with_a_cluster_active(client, data):
+    """A pass whose blocks depend on the blocks before it (an automatic bound's cell grid) is
+    not sent to the workers, each of which would grow a grid of its own: its blocks run on
+    the calling thread, in order, the rows read through the cluster."""
+    import threading
+
+    from pymc_subsample.model.likelihood import SubsampledLikelihood
+
+    X, y = _arrays("dask", data)
+    lik = SubsampledLikelihood(glm_model(X, y, "logistic", tall=True))
+    seen = []
+
+    class RecordingPass:
+        def block(self, chunk):
+            seen.append((int(chunk[0]), threading.get_ident()))
+            return chunk.size
+
+    assert sum(size for _, size in lik.map_row_blocks(RecordingPass(), in_order=True)) == N
+    assert seen == [(0, threading.get_ident())] and lik.cluster_blocks == 0

@@ -1,7 +1,8 @@
 """Passes on threads (issue 31, item 2): each block summed alone and the blocks combined in
 order, so one thread and two give the same sums to the last bit, from memory and from a
 ``.npy`` file read ahead, over all rows and over a subsample; the same step and the same
-draws for the same ``random_seed``; a block's error raised from the pass; a bad
+draws for the same ``random_seed``; a pass whose blocks depend on the ones before (an
+automatic bound's) in order on one thread; a block's error raised from the pass; a bad
 ``PYMC_SUBSAMPLE_THREADS`` refused."""
 
 from __future__ import annotations
@@ -138,6 +139,54 @@ def test_an_error_in_a_block_is_raised_from_the_pass(data, monkeypatch):
     lik = SubsampledLikelihood(_model(data, "memory"))
     with pytest.raises(ZeroDivisionError, match="block 3"):
         sum(size for _, size in lik.map_row_blocks(_FailingPass(lik)))
+
+
+class _ThreadRecordingPass:
+    """A pass that records the thread each block ran on."""
+
+    def __init__(self, lik, seen):
+        self.lik, self.seen = lik, seen
+
+    def thread_copy(self):
+        return _ThreadRecordingPass(self.lik, self.seen)
+
+    def block(self, chunk):
+        self.seen.append((int(chunk[0]), threading.get_ident()))
+        return chunk.size
+
+
+@pytest.mark.parametrize("subsample", [False, True])
+def test_a_pass_in_order_runs_its_blocks_one_after_another(data, monkeypatch, subsample):
+    """``in_order`` (an automatic bound's cell grid grows block by block): every block on the
+    calling thread, first to last, with two threads set; without it the blocks use both."""
+    _on(monkeypatch, 2)
+    lik = SubsampledLikelihood(_model(data, "memory"))
+    chunks = list(lik.row_chunks()) if subsample else None
+    for in_order in (True, False):
+        seen: list[tuple[int, int]] = []
+        total = sum(size for _, size in lik.map_row_blocks(
+            _ThreadRecordingPass(lik, seen), chunks=chunks, in_order=in_order))
+        assert total == N
+        if in_order:
+            assert seen == [(start, threading.get_ident())
+                            for start in range(0, N, SETUP_CHUNK_ROWS)]
+        else:
+            assert threading.get_ident() not in {ident for _, ident in seen}
+
+
+def test_automatic_bounds_constants_the_same_on_one_thread_and_two(monkeypatch):
+    """An automatic bound's row constants (its cell grid made from the first block, grown by
+    the next) do not depend on the threads: the constants pass runs in order."""
+    from tests.row_models import zero_inflated_poisson
+
+    constants = []
+    for threads in (1, 2):
+        _on(monkeypatch, threads)
+        with zero_inflated_poisson(N):
+            step = pms.MHSS(progressbar=False)
+        assert step._reference_pass.constants_in_order
+        constants.append(step.row_constants)
+    np.testing.assert_array_equal(constants[0], constants[1])
 
 
 def test_the_threads_setting(monkeypatch):

@@ -303,9 +303,16 @@ def _on_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarr
 
 
 def map_row_blocks(
-    lik, data_pass: DataPass, *args, chunks: typing.Iterable[np.ndarray] | None = None
+    lik, data_pass: DataPass, *args, chunks: typing.Iterable[np.ndarray] | None = None,
+    in_order: bool = False,
 ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
     """``(idx, data_pass.block(idx, *args))`` for ``idx`` in ``lik.row_chunks()``, in order.
+
+    ``in_order``: the blocks are computed one after another on the calling thread, also with
+    a cluster active (a block's results depend on the blocks before it: an automatic bound's
+    cell grid, made from the first block and grown by the next ones, so that on threads or
+    workers the bounds, and with them a seeded run's draws, would depend on which block came
+    first).
 
     With ``chunks`` (a subsample's index arrays), over those: on :func:`pass_threads` threads
     too when every ``pms.Data`` source is in memory (or memory-mapped), else on the calling
@@ -326,16 +333,18 @@ def map_row_blocks(
         chunks = list(chunks)
         # rows in memory only: a Zarr or Dask source's cache of large reads is not for threads
         in_memory = all(source.in_memory for _, source in lik.gathered.values())
-        threads = min(pass_threads(), len(chunks)) if in_memory else 1
+        threads = min(pass_threads(), len(chunks)) if in_memory and not in_order else 1
         if threads > 1:
             return _on_threads(lik, data_pass, args, chunks, threads, consecutive=False)
         return ((idx, block_fn(idx, *args)) for idx in chunks)
     dask_rows = [(rows.name, source) for rows, source in lik.gathered.values()
                  if isinstance(source, DaskSource)]
-    client = _active_client() if dask_rows else None
+    # in order: here, the blocks read through the cluster (each worker would grow a grid of
+    # its own from the blocks it was handed)
+    client = _active_client() if dask_rows and not in_order else None
     if client is None:
         # lazily: a pass holds a few blocks' results at a time
-        threads = min(pass_threads(), -(-lik.n_rows // SETUP_CHUNK_ROWS))
+        threads = 1 if in_order else min(pass_threads(), -(-lik.n_rows // SETUP_CHUNK_ROWS))
         blocks = (_on_threads(lik, data_pass, args, lik.row_chunks(), threads) if threads > 1
                   else _read_ahead(lik, data_pass, args, lik.row_chunks()))
         return _advancing(blocks, rows_advance(lik.n_rows))

@@ -86,6 +86,11 @@ class GLMPass:
     #: the closed-form constants cost little beside the pass
     #: (:class:`~pymc_subsample.model.data_pass.DataPass`)
     speculative_constants = True
+    #: the row constants of a block depend on the blocks before it (an automatic bound's cell
+    #: grid, made from the first block and grown by the next): the constants passes then run
+    #: their blocks in order on one thread, so that the bounds, and a seeded run's draws, do
+    #: not depend on the threads' timing
+    constants_in_order = False
     #: compile the pass as NumPy calls whatever ``N`` where every elementwise op has a ufunc
     #: (:meth:`SubsampledLikelihood.compile` with ``gil_free``): a GLM's pass then costs the
     #: CPU time of its C code on one thread (0.79 CPU s both at 10⁷ logistic rows, d = 10,
@@ -286,8 +291,9 @@ class GLMPass:
         # one BLAS thread: the products are thin (chunk × d), and a threaded BLAS on a busy or
         # multi-process machine (pm.sample with cores > 1) is up to 50× slower here
         with threadpool_limits(limits=1, user_api="blas"):
-            results = lik.map_row_blocks(self, theta, check, order, whiten_rows, levels,
-                                         chunks=idx_chunks)
+            results = lik.map_row_blocks(
+                self, theta, check, order, whiten_rows, levels, chunks=idx_chunks,
+                in_order=order is not None and self.constants_in_order)
             for chunk, (s, gb, hb, cb) in results:
                 total, g, h = total + s, g + gb, h + hb
                 if isinstance(consts, np.ndarray):

@@ -405,13 +405,14 @@ class SubsampledLikelihood:
 
 
     def map_row_blocks(
-        self, data_pass, *args, chunks: typing.Iterable[np.ndarray] | None = None
+        self, data_pass, *args, chunks: typing.Iterable[np.ndarray] | None = None,
+        in_order: bool = False,
     ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
         """``(idx, data_pass.block(idx, *args))`` for ``idx`` in :meth:`row_chunks`, in order:
         locally, over the index arrays ``chunks`` when given, or block by block on a
-        ``dask.distributed`` cluster (:func:`pymc_subsample.model.cluster.map_row_blocks`;
-        ``data_pass`` is a :class:`~pymc_subsample.model.passes.DataPass`)."""
-        return map_row_blocks(self, data_pass, *args, chunks=chunks)
+        ``dask.distributed`` cluster (:func:`pymc_subsample.model.cluster.map_row_blocks`,
+        ``in_order`` too; ``data_pass`` is a :class:`~pymc_subsample.model.passes.DataPass`)."""
+        return map_row_blocks(self, data_pass, *args, chunks=chunks, in_order=in_order)
 
     def row_chunks(self, chunk_rows: int = SETUP_CHUNK_ROWS):
         """Yield consecutive int64 index arrays covering all N rows."""
