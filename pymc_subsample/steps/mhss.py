@@ -284,8 +284,12 @@ class MHSS(SubsamplingStep):
         if kind == "pcn":
             # the levels carried along with their conditional mean at the current scale
             hess_sum = self.control_variate.hess_sum
-            third = level_third_sums(self._reference_pass, self.theta_hat, hess_sum)
-            self.setup_profile["full_data_passes"] += 1  # the third derivatives' pass
+            cubic = self.level_moves.cubic
+            if cubic is not None:  # the same T_k and V_k, exact, from the cubic terms' pass
+                third = (cubic.t_sum, cubic.v_sum)
+            else:
+                third = level_third_sums(self._reference_pass, self.theta_hat, hess_sum)
+                self.setup_profile["full_data_passes"] += 1  # the third derivatives' pass
             proposal = CollapsedFixedProposal(
                 frame, found.prior, self.control_variate.grad_sum, hess_sum,
                 lik.logp0_and_grad(self.theta_hat)[1], hyper, rho=self.proposal.parameter,
