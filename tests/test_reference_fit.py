@@ -29,7 +29,7 @@ def _negative_hessian(lik, data_pass, theta):
 
 
 def test_an_indefinite_hessian_near_the_mode_takes_damped_newton_not_find_map(
-        zinb, monkeypatch):
+        zinb, monkeypatch, caplog):
     lik, data_pass, fit = zinb
     # 3.5 posterior sds up in the mixing weight ψ (log-odds, the last but one coordinate):
     # the data's Hessian there has a positive eigenvalue (ψ and the dispersion α)
@@ -43,7 +43,10 @@ def test_an_indefinite_hessian_near_the_mode_takes_damped_newton_not_find_map(
 
     monkeypatch.setattr(pm, "find_MAP", no_find_map)
     passes = data_pass.n_passes
-    refit = fit_reference(lik, data_pass, map_point=lik.unravel(start))
+    with caplog.at_level("WARNING", logger="pymc_subsample"):
+        refit = fit_reference(lik, data_pass, map_point=lik.unravel(start))
+    assert "map_point was not a posterior mode (the log posterior's Hessian there is not " \
+        "negative definite)" in caplog.text
     assert refit.full_data_passes == data_pass.n_passes - passes <= 10
     # a mode: the Newton distance from a fresh pass, and the same mode as from the start
     grad, prec = _negative_hessian(lik, data_pass, refit.theta_hat)

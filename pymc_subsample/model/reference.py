@@ -279,6 +279,8 @@ def fit_reference(
         try:
             frame = laplace_frame(theta, prec)
         except NotPositiveDefiniteError:
+            if first_distance is None:
+                first_distance = np.inf  # no Newton step: the Hessian is not negative definite
             if used_fallback:
                 break
             if map_point is None and not tried_marginal and data_pass.levels is not None:
@@ -366,8 +368,10 @@ def fit_reference(
     res, frame, mode = result
     if map_point is not None and not np.array_equal(frame.theta_hat, lik.ravel(map_point)):
         _log.warning(
-            "map_point was not a posterior mode (Newton step %.3g posterior sd); it was refined "
-            "with Newton passes over the data", first_distance,
+            "map_point was not a posterior mode (%s); it was refined with Newton passes over "
+            "the data", f"Newton step {first_distance:.3g} posterior sd"
+            if np.isfinite(first_distance) else "the log posterior's Hessian there is not "
+            "negative definite",
         )
     profile["reference_s"] = time.perf_counter() - t_start
     return ReferenceFit(
