@@ -13,8 +13,8 @@ import scipy.optimize
 from pymc_subsample.model.frame import LaplaceFrame, NotPositiveDefiniteError, laplace_frame
 from pymc_subsample.model.levels import LevelHessian
 
-__all__ = ["DAMPED_STEPS", "damped_frame", "holding", "lbfgs", "newton", "newton_or_lbfgs",
-           "newton_with_frame"]
+__all__ = ["DAMPED_STEPS", "absolute_frame", "damped_frame", "holding", "lbfgs", "newton",
+           "newton_or_lbfgs", "newton_with_frame"]
 
 _log = logging.getLogger("pymc_subsample")
 
@@ -25,7 +25,7 @@ DAMPED_STEPS = 10
 
 def newton(
     objective, theta: np.ndarray, *, tolerance: float, max_steps: int,
-    damped_steps: int = DAMPED_STEPS,
+    damped_steps: int = DAMPED_STEPS, damp=None, start: tuple | None = None,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Damped Newton ascent on ``objective(θ) -> (value, gradient, −Hessian)`` (cheap calls).
 
@@ -33,18 +33,23 @@ def newton(
     is within ``tolerance`` in the metric of the undamped Hessian, which is positive definite
     there (a point reached with Levenberg damping is not a mode). It gives up after
     ``damped_steps`` damped steps in a row: far from any mode, or down a funnel.
+
+    ``damp(θ, P)`` makes the frame of a step where ``P`` is not positive definite
+    (:func:`damped_frame` by default, or :func:`absolute_frame`); ``start``, the objective's
+    value at ``θ`` when the caller has it already (a pass over the data not made again).
     """
     return newton_with_frame(objective, theta, tolerance=tolerance, max_steps=max_steps,
-                             damped_steps=damped_steps)[:3]
+                             damped_steps=damped_steps, damp=damp, start=start)[:3]
 
 
 def newton_with_frame(
     objective, theta: np.ndarray, *, tolerance: float, max_steps: int,
-    damped_steps: int = DAMPED_STEPS,
+    damped_steps: int = DAMPED_STEPS, damp=None, start: tuple | None = None,
 ) -> tuple[np.ndarray, np.ndarray, bool, LaplaceFrame | None]:
     """:func:`newton`, and the Laplace frame of the last point's negative Hessian when it
     converged (None otherwise): a caller that needs it does not factor it again."""
-    value, g, prec = objective(theta)
+    damp = damp or damped_frame
+    value, g, prec = start if start is not None else objective(theta)
     damped_in_a_row = 0
     for _ in range(max_steps):
         if not (np.isfinite(value) and np.all(np.isfinite(g)) and finite_hessian(prec)):
@@ -53,7 +58,7 @@ def newton_with_frame(
             frame = laplace_frame(theta, prec)
             damped = False
         except NotPositiveDefiniteError:
-            frame, damped = damped_frame(theta, prec), True
+            frame, damped = damp(theta, prec), True
         damped_in_a_row = damped_in_a_row + 1 if damped else 0
         if damped_in_a_row > damped_steps:
             return theta, prec, False, None
@@ -95,6 +100,20 @@ def damped_frame(theta: np.ndarray, prec) -> LaplaceFrame:
     eigs = np.linalg.eigvalsh(0.5 * (prec + prec.T))
     shift = abs(eigs.min()) + 1e-6 * max(1.0, float(np.abs(eigs).max()))
     return LaplaceFrame(theta, prec + shift * np.eye(theta.size))
+
+
+def absolute_frame(theta: np.ndarray, prec) -> LaplaceFrame:
+    """The frame of ``|P|`` (each eigenvalue by its absolute value, floored at ``10⁻⁶`` of the
+    largest): where ``P`` has a few negative eigenvalues near the mode (a zero-inflated
+    model's mixing weight and dispersion, say), the step along each such direction goes
+    uphill by its own curvature's scale, where the Levenberg shift of :func:`damped_frame`
+    leaves it a curvature near zero and a step that backtracking (a pass over the data each
+    halving) must shorten many times. :func:`damped_frame` for a :class:`LevelHessian`."""
+    if isinstance(prec, LevelHessian):
+        return damped_frame(theta, prec)
+    eigs, vecs = np.linalg.eigh(0.5 * (prec + prec.T))
+    floor = 1e-6 * max(1.0, float(np.abs(eigs).max()))
+    return LaplaceFrame(theta, (vecs * np.maximum(np.abs(eigs), floor)) @ vecs.T)
 
 
 #: Objective evaluations allowed to :func:`lbfgs`, and the Newton distance (posterior sds,

@@ -1,36 +1,17 @@
 r"""The reference point ``θ̂``: a posterior mode found in a few passes over the data.
 
-Every step needs ``θ̂`` and the Laplace covariance there (``docs/methods/reference.md``). On
-tall data the log posterior is nearly quadratic around its mode, so Newton's method converges
-in one or two steps from a good start, and each step is one pass over the data that returns
-``Σ ℓ_i``, ``Σ ∇ℓ_i`` and ``Σ ∇²ℓ_i`` together (:class:`~pymc_subsample.model.glm_pass.GLMPass` for
-GLMs, :class:`~pymc_subsample.model.generic_pass.GenericPass` otherwise). The procedure:
-
-1. **Subsample start.** Newton's method, damped by backtracking, on the log posterior with the
-   likelihood of a random subsample of ``n`` rows weighted by ``N/n`` (``n`` a few percent of
-   ``N``, at most a quarter: :func:`_subsample_rows`): cheap, and within a few posterior
-   standard deviations of the mode. When Newton does not converge there, L-BFGS from the
-   start takes over and Newton finishes (:func:`~pymc_subsample.model.newton.newton_or_lbfgs`),
-   except in a model with group scales: there it means a funnel, left to step 4.
-2. **Full-data Newton passes.** At each pass the Newton distance
-   ``‖Lᵀ∇ log π(θ)‖`` (the length of the Newton step in posterior standard deviations, with
-   ``L Lᵀ`` the inverse negative Hessian) is computed; the pass whose point is within
-   ``tolerance`` of the mode makes that point ``θ̂``, and its sums are the control variates'
-   ``Σ ℓ_i(θ̂)``, ``G`` and ``H``. The pass that is expected to converge also computes the MHSS
-   row constants, whitened with the previous pass's Hessian (any fixed whitening gives a valid
-   bound, as long as the bound's ``M`` uses the same one).
-3. **Far from the mode.** If the first full pass finds the point more than 25 posterior sds
-   from the mode (a poor ``map_point``, or a subsample that misses what only a few rows
-   inform, such as rare binary columns), damped Newton runs on all rows (each step and
-   backtrack a counted pass) before the plain Newton passes resume.
-4. **Fallback.** If the Hessian is not negative definite at a full pass, PyMC's ``find_MAP``
-   (L-BFGS on all rows) restarts from the model's initial point, and the passes resume; with
-   rows split by level, ``θ̂`` goes first to the group scales' Laplace-marginal mode
-   (:mod:`~pymc_subsample.model.marginal_mode`: a funnel, which may have no interior mode). A
-   point that still is not a mode after ``max_passes`` goes to the marginal mode if it was not
-   tried, and is refused with an error if no coordinate is a scale no row reads.
-
-A user's ``map_point`` is checked the same way (one pass), and refined if it is not a mode.
+Every step needs ``θ̂`` and the Laplace covariance there. On tall data the log posterior is
+nearly quadratic around its mode, so Newton's method converges in one or two steps from a good
+start, and each step is one pass over the data that returns ``Σ ℓ_i``, ``Σ ∇ℓ_i`` and
+``Σ ∇²ℓ_i`` together (:class:`~pymc_subsample.model.glm_pass.GLMPass` for GLMs,
+:class:`~pymc_subsample.model.generic_pass.GenericPass` otherwise). The procedure is stated
+once, with what each step was measured to cost, in ``docs/methods/reference.md`` ("Newton's
+method from a subsample"); :func:`fit_reference` takes its steps in order: the subsample start
+(:func:`_subsample_rows`, :func:`~pymc_subsample.model.newton.newton_or_lbfgs`), the Newton
+passes on all rows with the row constants on the pass expected to be the last, damped Newton
+on all rows far from the mode or where the Hessian is not negative definite and no group scale
+makes a funnel possible (:func:`_damped_newton`), and the fallbacks: a funnel's marginal mode
+(:func:`_at_marginal_mode`) and PyMC's ``find_MAP`` (:func:`_find_map_fallback`).
 """
 
 from __future__ import annotations
@@ -56,7 +37,7 @@ from pymc_subsample.model.marginal_mode import (
     exact_marginal_mode,
     surrogate_marginal_mode,
 )
-from pymc_subsample.model.newton import newton, newton_or_lbfgs
+from pymc_subsample.model.newton import absolute_frame, newton_or_lbfgs, newton_with_frame
 from pymc_subsample.model.prior_hessian import prior_terms
 
 __all__ = ["ReferenceFit", "fit_reference"]
@@ -298,6 +279,8 @@ def fit_reference(
         try:
             frame = laplace_frame(theta, prec)
         except NotPositiveDefiniteError:
+            if first_distance is None:
+                first_distance = np.inf  # no Newton step: the Hessian is not negative definite
             if used_fallback:
                 break
             if map_point is None and not tried_marginal and data_pass.levels is not None:
@@ -309,6 +292,20 @@ def fit_reference(
                     current=(theta, res, pass_seconds)), True
                 if marginal is not None:
                     break
+            if not damped_restart and not _unread_mask(res.hess, data_pass.levels, d).any():
+                # every coordinate read by some row, so no funnel: the point is near a mode
+                # whose curvature the subsample misjudged (a zero-inflated NB's mixing weight
+                # and dispersion), and damped Newton on all rows finds it in a few counted
+                # passes (find_MAP took 97 s of a 3·10⁵-row setup and read all rows uncounted)
+                _log.info("the log posterior's Hessian is not negative definite at a full "
+                          "pass; damped Newton on all rows")
+                theta, converged_frame = _damped_newton(full_objective, theta, tolerance,
+                                                        start=(value, g_post, prec))
+                damped_restart = True
+                if converged_frame is not None:
+                    # a mode: the next pass is the constants' (its distance checked again)
+                    whitening, expect_converged, at_mode = converged_frame, True, True
+                continue
             theta, used_fallback = _find_map_fallback(lik, theta), True
             best_value = -np.inf
             continue
@@ -337,8 +334,11 @@ def fit_reference(
             # far from the mode (a poor map_point, or a subsample that misses what a few
             # rows inform, like rare binary columns): plain Newton steps may overshoot, so
             # damped Newton on all rows, each step and backtrack a counted pass
-            theta, damped_restart = newton(full_objective, theta, tolerance=tolerance,
-                                            max_steps=30)[0], True
+            theta, converged_frame = _damped_newton(full_objective, theta, tolerance,
+                                                    start=(value, g_post, prec))
+            damped_restart = True
+            if converged_frame is not None:
+                whitening, expect_converged, at_mode = converged_frame, True, True
             continue
         theta = theta + frame.newton_step(g_post)
     if result is None and map_point is None and not tried_marginal:
@@ -368,8 +368,10 @@ def fit_reference(
     res, frame, mode = result
     if map_point is not None and not np.array_equal(frame.theta_hat, lik.ravel(map_point)):
         _log.warning(
-            "map_point was not a posterior mode (Newton step %.3g posterior sd); it was refined "
-            "with Newton passes over the data", first_distance,
+            "map_point was not a posterior mode (%s); it was refined with Newton passes over "
+            "the data", f"Newton step {first_distance:.3g} posterior sd"
+            if np.isfinite(first_distance) else "the log posterior's Hessian there is not "
+            "negative definite",
         )
     profile["reference_s"] = time.perf_counter() - t_start
     return ReferenceFit(
@@ -423,6 +425,17 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
     res = data_pass.full(found.theta, whiten_rows=frame.whiten_rows if order else None,
                          order=order, levels=frame.n_levels if order else 0)
     return res, frame
+
+
+def _damped_newton(full_objective, theta: np.ndarray, tolerance: float, start: tuple):
+    """Damped Newton on all rows from ``θ`` (``start``: the pass made there), each step and
+    backtrack a counted pass, with :func:`~pymc_subsample.model.newton.absolute_frame` where
+    the Hessian is not negative definite. Returns the last point and, when it is a mode (the
+    undamped Newton distance within ``tolerance``), the Laplace frame there (else None)."""
+    theta, _, converged, frame = newton_with_frame(
+        full_objective, theta, tolerance=tolerance, max_steps=30, damp=absolute_frame,
+        start=start)
+    return theta, frame if converged else None
 
 
 def _unread(data_pass, theta: np.ndarray, chunks: list[np.ndarray] | None,

@@ -1,0 +1,57 @@
+"""The reference fit where the full-data Hessian is not negative definite at a point near the
+mode (docs/methods/reference.md, step 5): damped Newton on all rows, in counted passes, not
+PyMC's ``find_MAP``, and the point it returns is a mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pymc_subsample.model.prior_hessian import prior_terms
+from pymc_subsample.model.reference import fit_reference
+from pymc_subsample.model.setup import SubsampledLikelihood, default_data_pass
+from tests import row_models
+
+
+@pytest.fixture(scope="module")
+def zinb():
+    """A zero-inflated negative binomial on 2,000 rows, its data pass and its mode."""
+    lik = SubsampledLikelihood(row_models.zero_inflated_negative_binomial(2_000, seed=0))
+    data_pass = default_data_pass(lik, None)  # differences of the gradient: cheap to compile
+    return lik, data_pass, fit_reference(lik, data_pass)
+
+
+def _negative_hessian(lik, data_pass, theta):
+    res = data_pass.full(theta)
+    value, grad, hess = prior_terms(lik, theta, data_pass.levels)
+    return grad + res.grad, -(hess + res.hess)
+
+
+def test_an_indefinite_hessian_near_the_mode_takes_damped_newton_not_find_map(
+        zinb, monkeypatch, caplog):
+    lik, data_pass, fit = zinb
+    # 3.5 posterior sds up in the mixing weight ψ (log-odds, the last but one coordinate):
+    # the data's Hessian there has a positive eigenvalue (ψ and the dispersion α)
+    start = fit.theta_hat.copy()
+    start[-2] += 0.5
+    _, prec = _negative_hessian(lik, data_pass, start)
+    assert np.linalg.eigvalsh(prec)[0] < 0.0  # the case under test is reached
+
+    def no_find_map(*args, **kwargs):
+        raise AssertionError("pm.find_MAP was called")
+
+    monkeypatch.setattr(pm, "find_MAP", no_find_map)
+    passes = data_pass.n_passes
+    with caplog.at_level("WARNING", logger="pymc_subsample"):
+        refit = fit_reference(lik, data_pass, map_point=lik.unravel(start))
+    assert "map_point was not a posterior mode (the log posterior's Hessian there is not " \
+        "negative definite)" in caplog.text
+    assert refit.full_data_passes == data_pass.n_passes - passes <= 10
+    # a mode: the Newton distance from a fresh pass, and the same mode as from the start
+    grad, prec = _negative_hessian(lik, data_pass, refit.theta_hat)
+    chol = np.linalg.cholesky(np.linalg.inv(prec))
+    assert np.linalg.norm(chol.T @ grad) <= 0.25
+    assert refit.newton_distance <= 0.25
+    sd = np.sqrt(np.diag(fit.frame.cov))
+    assert np.max(np.abs(refit.theta_hat - fit.theta_hat) / sd) < 0.1
