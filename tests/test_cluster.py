@@ -103,23 +103,35 @@ def test_nan_rows_read_on_the_workers_are_refused(client, monkeypatch):
         pms.MHSS()
 
 
+class _FirstBlockPass:
+    """A pass whose first block leaves something its other blocks read (as an automatic
+    bound's cell grid): each block gives its first row, its process and what it found."""
+
+    made: int | None = None
+
+    def block(self, chunk):
+        import os
+
+        if self.made is None:
+            self.made = int(chunk[0])
+        return int(chunk[0]), os.getpid(), self.made
+
+
 @pytest.mark.slow
-def test_a_pass_in_order_runs_on_the_client_with_a_cluster_active(client, data):
-    """A pass whose blocks depend on the blocks before it (an automatic bound's cell grid) is
-    not sent to the workers, each of which would grow a grid of its own: its blocks run on
-    the calling thread, in order, the rows read through the cluster."""
-    import threading
+def test_a_pass_with_its_first_block_alone_on_a_cluster(client):
+    """``first_alone`` with a cluster active: the first block on the client, then the pass,
+    with what that block left in it, sent to the workers for the other blocks."""
+    import os
 
-    from pymc_subsample.model.likelihood import SubsampledLikelihood
+    from pymc_subsample.model.likelihood import SETUP_CHUNK_ROWS, SubsampledLikelihood
 
-    X, y = _arrays("dask", data)
-    lik = SubsampledLikelihood(glm_model(X, y, "logistic", tall=True))
-    seen = []
-
-    class RecordingPass:
-        def block(self, chunk):
-            seen.append((int(chunk[0]), threading.get_ident()))
-            return chunk.size
-
-    assert sum(size for _, size in lik.map_row_blocks(RecordingPass(), in_order=True)) == N
-    assert seen == [(0, threading.get_ident())] and lik.cluster_blocks == 0
+    n = 3 * SETUP_CHUNK_ROWS + 5
+    X, y = glm_data(n, D, "logistic", seed=3)
+    lik = SubsampledLikelihood(glm_model(da.from_array(X, chunks=(SETUP_CHUNK_ROWS, D)),
+                                         da.from_array(y, chunks=SETUP_CHUNK_ROWS),
+                                         "logistic", tall=True))
+    blocks = [result for _, result in lik.map_row_blocks(_FirstBlockPass(), first_alone=True)]
+    assert [start for start, _, _ in blocks] == list(range(0, n, SETUP_CHUNK_ROWS))
+    assert blocks[0][1] == os.getpid()
+    assert all(pid != os.getpid() and made == 0 for _, pid, made in blocks[1:])
+    assert lik.cluster_blocks == len(blocks) - 1

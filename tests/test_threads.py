@@ -1,8 +1,8 @@
 """Passes on threads (issue 31, item 2): each block summed alone and the blocks combined in
 order, so one thread and two give the same sums to the last bit, from memory and from a
 ``.npy`` file read ahead, over all rows and over a subsample; the same step and the same
-draws for the same ``random_seed``; a pass whose blocks depend on the ones before (an
-automatic bound's) in order on one thread; a block's error raised from the pass; a bad
+draws for the same ``random_seed``, also with an automatic bound (its cell grid made on a
+pass's first block, computed before the others); a block's error raised from the pass; a bad
 ``PYMC_SUBSAMPLE_THREADS`` refused."""
 
 from __future__ import annotations
@@ -156,37 +156,80 @@ class _ThreadRecordingPass:
 
 
 @pytest.mark.parametrize("subsample", [False, True])
-def test_a_pass_in_order_runs_its_blocks_one_after_another(data, monkeypatch, subsample):
-    """``in_order`` (an automatic bound's cell grid grows block by block): every block on the
-    calling thread, first to last, with two threads set; without it the blocks use both."""
+def test_a_pass_with_its_first_block_alone(data, monkeypatch, subsample):
+    """``first_alone`` (an automatic bound's cell grid is made on the first block): that
+    block on the calling thread before any other starts, the others on the pass's threads."""
     _on(monkeypatch, 2)
     lik = SubsampledLikelihood(_model(data, "memory"))
     chunks = list(lik.row_chunks()) if subsample else None
-    for in_order in (True, False):
+    for first_alone in (True, False):
         seen: list[tuple[int, int]] = []
         total = sum(size for _, size in lik.map_row_blocks(
-            _ThreadRecordingPass(lik, seen), chunks=chunks, in_order=in_order))
-        assert total == N
-        if in_order:
-            assert seen == [(start, threading.get_ident())
-                            for start in range(0, N, SETUP_CHUNK_ROWS)]
-        else:
-            assert threading.get_ident() not in {ident for _, ident in seen}
+            _ThreadRecordingPass(lik, seen), chunks=chunks, first_alone=first_alone))
+        assert total == N and len(seen) == -(-N // SETUP_CHUNK_ROWS)
+        on_threads = {ident for _, ident in (seen[1:] if first_alone else seen)}
+        assert threading.get_ident() not in on_threads
+        if first_alone:
+            assert seen[0] == (0, threading.get_ident())
 
 
-def test_automatic_bounds_constants_the_same_on_one_thread_and_two(monkeypatch):
-    """An automatic bound's row constants (its cell grid made from the first block, grown by
-    the next) do not depend on the threads: the constants pass runs in order."""
-    from tests.row_models import zero_inflated_poisson
+def test_cell_suprema_do_not_depend_on_the_order_of_the_blocks(monkeypatch):
+    """An automatic bound's blocks after the first (which made the cell grid) give the same
+    suprema to the last bit in any order: a block's choice of cells or its rows' own boxes
+    depends on its own rows only. Here block 3 meets more cells than half its rows, most of
+    them made by block 1 when it runs first (counting only the cells still to make, block 3
+    took the cells after block 1 and its own boxes before it)."""
+    import pytensor.tensor as pt
 
-    constants = []
+    from pymc_subsample.bounds import automatic
+    from pymc_subsample.bounds.automatic import AutomaticFamily
+
+    monkeypatch.setattr(automatic, "GROUP_MIN_ROWS", 1_000)
+    p, y = pt.vector("p", dtype="float64"), pt.vector("y", dtype="int64")
+    auto = AutomaticFamily(y * p - pt.exp(p) - pt.gammaln(y + 1), [p], [y], "poisson", "")
+    rng = np.random.default_rng(1)
+    rows = 8_000
+    hats = rng.choice(np.linspace(-1.0, 1.0, 50), 4 * rows)
+    ys = rng.integers(0, 6, 4 * rows)
+    apart = 1.5 + 0.01 * np.arange(1_100)  # rows of cells of their own
+    hats[rows : rows + 600] = apart[:600]
+    hats[3 * rows : 3 * rows + 1_100] = apart
+    norms = np.full(4 * rows, 2e-4)
+    blocks = np.array_split(np.arange(4 * rows), 4)
+    suprema = []
+    for order in ([0, 1, 2, 3], [0, 3, 2, 1]):
+        auto._cells.grids.clear()  # a new pass
+        by_block = {}
+        for k in order:
+            at = blocks[k]
+            by_block[k] = auto.all_suprema(1, (norms[at],), ys[at], (hats[at],), 5.0,
+                                           (ys[at],))
+        suprema.append(by_block)
+    assert any(g is not None and g.n_cells for g in auto._cells.grids.values())
+    for k in range(4):
+        for alpha, s_alpha in suprema[0][k].items():
+            np.testing.assert_array_equal(s_alpha, suprema[1][k][alpha])
+
+
+def test_automatic_bounds_same_draws_on_one_thread_and_two(monkeypatch):
+    """An automatic bound's row constants (its cell grid made from the first block, the
+    other blocks on the pass's threads in any order) and a seeded run's draws do not depend
+    on the threads: a zero-inflated negative binomial."""
+    from tests.row_models import zero_inflated_negative_binomial
+
+    constants, draws = [], []
     for threads in (1, 2):
         _on(monkeypatch, threads)
-        with zero_inflated_poisson(N):
+        with zero_inflated_negative_binomial(N):
             step = pms.MHSS(progressbar=False)
-        assert step._reference_pass.constants_in_order
+            idata = pm.sample(40, tune=40, chains=1, cores=1, step=step, random_seed=5,
+                              progressbar=False, compute_convergence_checks=False)
+        assert not step._reference_pass.speculative_constants
         constants.append(step.row_constants)
+        draws.append(np.concatenate([idata.posterior[v].values.ravel()
+                                     for v in ("b", "psi", "alpha")]))
     np.testing.assert_array_equal(constants[0], constants[1])
+    np.testing.assert_array_equal(draws[0], draws[1])
 
 
 def test_the_threads_setting(monkeypatch):

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["GROUP_MAX_SPAN", "CellFields", "CellGrid", "same_values"]
+__all__ = ["GROUP_MAX_SPAN", "CellFields", "CellGrid", "Locked", "same_values"]
 
 #: a cell's step along a predictor that varies between rows, in the first block's median box
 #: half-widths
@@ -63,6 +63,22 @@ def _recode(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return codes, order[starts]
 
 
+class Locked:
+    """An object whose threads share it under its ``_lock``: pickled (sent to a worker process
+    with its pass) without the lock, which is not picklable, and given a new one."""
+
+    _lock: threading.Lock
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
 class CellFields(NamedTuple):
     """Where each quantity starts among the rows of a :class:`CellGrid`'s table."""
 
@@ -73,7 +89,7 @@ class CellFields(NamedTuple):
     size: int
 
 
-class CellGrid:
+class CellGrid(Locked):
     """Cells of the predictors' and the data's space, the same for every block of rows of a
     pass, and the enclosures on each
     (:meth:`~pymc_subsample.bounds.cell_suprema.CellSuprema.suprema`).

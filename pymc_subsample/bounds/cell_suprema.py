@@ -23,6 +23,7 @@ from pymc_subsample.bounds.cell_grid import (
     GROUP_MAX_SPAN,
     CellFields,
     CellGrid,
+    Locked,
     same_values,
 )
 from pymc_subsample.bounds.interval import (
@@ -50,7 +51,7 @@ GROUP_SLACK = 0.15
 MERGE_ROWS = 2_048
 
 
-class CellSuprema:
+class CellSuprema(Locked):
     """The suprema of a row term's derivatives on many rows' boxes, through the cells of a
     grid kept per pass (:meth:`suprema`).
 
@@ -79,16 +80,8 @@ class CellSuprema:
         #: CellGrid`, or ``None`` where the rows have none), by order and the shared
         #: predictors' values
         self.grids: dict[tuple, CellGrid | None] = {}
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict:
-        # a copy sent to a worker process starts with no cells (a lock is not picklable)
-        state = dict(self.__dict__)
-        state["grids"], state["_lock"] = {}, None
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        # pickled with the pass for a cluster's workers: the grids go too (made on the pass's
+        # first block before the others are sent), the lock does not (Locked)
         self._lock = threading.Lock()
 
     def suprema(self, order: int, alphas: list[tuple[int, ...]], graphs: list[Variable],
@@ -103,7 +96,9 @@ class CellSuprema:
         the rows' boxes per predictor; ``data`` the rows' data per variable; ``pieces`` the
         parts per axis of a row enclosed on its own box.
 
-        The grid is made on the pass's first block of rows and kept for its other blocks; the
+        The grid is made on the pass's first block of rows and kept for its other blocks,
+        which may run in any order on any thread: what a block takes from the grid's cells,
+        and whether it takes them at all, depends on its own rows only. The
         enclosures on each cell (its step along each predictor that varies between rows, the
         shared predictors' box, its data as exact values or an interval) are computed once,
         and a row is bounded from those of the cells its box meets (its *span*) and of the
@@ -174,14 +169,17 @@ class CellSuprema:
         unique, inverse = np.unique(keys, return_inverse=True)
         ids, table = grid.lookup(unique)
         missing = unique[ids < 0]
-        if missing.size > GROUP_MAX_SHARE * n_rows:
+        # the cells these rows meet, not the ones earlier blocks left to make: the choice is
+        # then the block's own, the same whichever blocks ran before it (on another thread)
+        if unique.size > GROUP_MAX_SHARE * n_rows:
             return None  # the cells would cost about as much as the rows
         # only the cells these rows meet: cells made ahead on the first block for later
         # blocks (each data value's steps widened by a tenth of the range) were 966 on a
         # zero-inflated negative binomial's first block at 10⁵ rows, whose rows met 641: the
         # same bounds without them, its enclosures 7.8 → 5.1–5.7 CPU s (docs/benchmarks.md)
         span = np.reshape(inverse, keys.shape)
-        # a row whose span has a known cell with an undecided switch: on its own box
+        # a row whose span has a known cell with an undecided switch: on its own box (one
+        # whose new cell has one: below, late)
         known = ids >= 0
         skip = np.zeros(rows.size, dtype=bool)
         if known.any():
@@ -200,7 +198,10 @@ class CellSuprema:
             np.arange(rows.size)] if dims else span[0])
         best, box, lower, late = self._from_cells(alphas, n_alpha, grid, table, span,
                                                   home_ids, home, centres, widths, rows)
-        late &= ~skip  # rows whose new cells turned out undecided: on their own box too
+        # rows whose new cells turned out undecided: on their own box too, as if the cells
+        # had been known (whether they were depends on the blocks before)
+        late |= np.any(~np.isfinite(table[grid.fields.natural])[span], axis=0)
+        late &= ~skip
         refine = np.flatnonzero(self._rows_to_refine(best, lower, [w[rows] for w in widths],
                                                      skip | late))
         eps = np.finfo(float).eps
@@ -469,7 +470,10 @@ class CellSuprema:
 
     def _grid(self, order, centres, widths, data, n_alpha, n_beta) -> CellGrid | None:
         """The pass's cell grid (made from the first block that asks, kept while the shared
-        predictors keep their values), or ``None`` where there is none."""
+        predictors keep their values), or ``None`` where there is none. The pass computes its
+        first block before it hands out the others (``first_alone`` of
+        :func:`~pymc_subsample.model.cluster.map_row_blocks`), so the grid is that block's
+        whichever thread or worker computes the rest."""
         shared = tuple((float(c[0]), float(w[0])) for c, w in zip(centres, widths, strict=True)
                        if same_values(c) and same_values(w))
         key = (order, shared)

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
-from itertools import islice
+from itertools import chain, islice
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -304,15 +304,16 @@ def _on_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarr
 
 def map_row_blocks(
     lik, data_pass: DataPass, *args, chunks: typing.Iterable[np.ndarray] | None = None,
-    in_order: bool = False,
+    first_alone: bool = False,
 ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
     """``(idx, data_pass.block(idx, *args))`` for ``idx`` in ``lik.row_chunks()``, in order.
 
-    ``in_order``: the blocks are computed one after another on the calling thread, also with
-    a cluster active (a block's results depend on the blocks before it: an automatic bound's
-    cell grid, made from the first block and grown by the next ones, so that on threads or
-    workers the bounds, and with them a seeded run's draws, would depend on which block came
-    first).
+    ``first_alone``: the first block is computed on the calling thread before the others
+    start, which then run as without it (on threads, or on a cluster's workers, each sent a
+    copy of the pass made after the first block). What that block leaves in the pass (an
+    automatic bound's cell grid) is then the same whichever thread computes the other
+    blocks, and in whatever order, so that the bounds, and a seeded run's draws, do not
+    depend on the threads' timing.
 
     With ``chunks`` (a subsample's index arrays), over those: on :func:`pass_threads` threads
     too when every ``pms.Data`` source is in memory (or memory-mapped), else on the calling
@@ -333,20 +334,25 @@ def map_row_blocks(
         chunks = list(chunks)
         # rows in memory only: a Zarr or Dask source's cache of large reads is not for threads
         in_memory = all(source.in_memory for _, source in lik.gathered.values())
-        threads = min(pass_threads(), len(chunks)) if in_memory and not in_order else 1
-        if threads > 1:
-            return _on_threads(lik, data_pass, args, chunks, threads, consecutive=False)
-        return ((idx, block_fn(idx, *args)) for idx in chunks)
+        threads = min(pass_threads(), len(chunks) - first_alone) if in_memory else 1
+        if threads <= 1:
+            return ((idx, block_fn(idx, *args)) for idx in chunks)
+        first = [(chunks[0], block_fn(chunks[0], *args))] if first_alone and chunks else []
+        return chain(first, _on_threads(lik, data_pass, args, chunks[len(first):], threads,
+                                        consecutive=False))
     dask_rows = [(rows.name, source) for rows, source in lik.gathered.values()
                  if isinstance(source, DaskSource)]
-    # in order: here, the blocks read through the cluster (each worker would grow a grid of
-    # its own from the blocks it was handed)
-    client = _active_client() if dask_rows and not in_order else None
+    client = _active_client() if dask_rows else None
     if client is None:
         # lazily: a pass holds a few blocks' results at a time
-        threads = 1 if in_order else min(pass_threads(), -(-lik.n_rows // SETUP_CHUNK_ROWS))
-        blocks = (_on_threads(lik, data_pass, args, lik.row_chunks(), threads) if threads > 1
-                  else _read_ahead(lik, data_pass, args, lik.row_chunks()))
+        threads = min(pass_threads(), -(-lik.n_rows // SETUP_CHUNK_ROWS) - first_alone)
+        if threads <= 1:
+            blocks = _read_ahead(lik, data_pass, args, lik.row_chunks())
+        else:
+            chunks = lik.row_chunks()
+            first = ([(idx, block_fn(idx, *args)) for idx in islice(chunks, 1)]
+                     if first_alone else [])
+            blocks = chain(first, _on_threads(lik, data_pass, args, chunks, threads))
         return _advancing(blocks, rows_advance(lik.n_rows))
     import dask
 
@@ -359,6 +365,12 @@ def map_row_blocks(
     ]
     # one copy of the pass per worker for the step's lifetime (unpickling compiles)
     key = (id(client), id(data_pass))
+    first = []
+    if first_alone:
+        # here, the rows read through the cluster; then the pass, with what the block left in
+        # it, sent to the workers afresh
+        first = [block_fn(next(iter(lik.row_chunks(chunk))), *args)]
+        lik._scattered.pop(key, None)
     if key not in lik._scattered:
         [future] = client.scatter([data_pass], broadcast=True, hash=False)
         lik._scattered[key] = (data_pass, future)
@@ -368,11 +380,11 @@ def map_row_blocks(
             future, args, names, start, min(start + chunk, lik.n_rows),
             *(b[k] for b in blocks)
         )
-        for k, start in enumerate(range(0, lik.n_rows, chunk))
+        for k, start in enumerate(range(0, lik.n_rows, chunk)) if k >= len(first)
     ]
     lik.cluster_blocks += len(tasks)
     # the results (sums, row constants) arrive as views into the workers' messages
-    results = (_aligned(r) for r in client.gather(client.compute(tasks)))
+    results = chain(first, (_aligned(r) for r in client.gather(client.compute(tasks))))
     return _checked_on_workers(zip(lik.row_chunks(chunk), results, strict=True),
                                [source for _, source in dask_rows])
 

@@ -84,13 +84,10 @@ class GLMPass:
     #: full pass always does)
     check_subsamples = True
     #: the closed-form constants cost little beside the pass
-    #: (:class:`~pymc_subsample.model.data_pass.DataPass`)
+    #: (:class:`~pymc_subsample.model.data_pass.DataPass`); costly ones (an automatic bound's)
+    #: are made through a cell grid from the pass's first block, which the constants pass
+    #: then computes before the others (:meth:`full`)
     speculative_constants = True
-    #: the row constants of a block depend on the blocks before it (an automatic bound's cell
-    #: grid, made from the first block and grown by the next): the constants passes then run
-    #: their blocks in order on one thread, so that the bounds, and a seeded run's draws, do
-    #: not depend on the threads' timing
-    constants_in_order = False
     #: compile the pass as NumPy calls whatever ``N`` where every elementwise op has a ufunc
     #: (:meth:`SubsampledLikelihood.compile` with ``gil_free``): a GLM's pass then costs the
     #: CPU time of its C code on one thread (0.79 CPU s both at 10⁷ logistic rows, d = 10,
@@ -293,7 +290,7 @@ class GLMPass:
         with threadpool_limits(limits=1, user_api="blas"):
             results = lik.map_row_blocks(
                 self, theta, check, order, whiten_rows, levels, chunks=idx_chunks,
-                in_order=order is not None and self.constants_in_order)
+                first_alone=order is not None and not self.speculative_constants)
             for chunk, (s, gb, hb, cb) in results:
                 total, g, h = total + s, g + gb, h + hb
                 if isinstance(consts, np.ndarray):

@@ -44,9 +44,6 @@ __all__ = ["LOGIT_FOURTH_SUP", "LevelCubic", "level_cubic"]
 #: ``p = 1/2`` (``1/8``), ``p(1−p)|1 − 6p(1−p)| ≤ 1/8`` everywhere.
 LOGIT_FOURTH_SUP = 0.125
 
-#: Rows a block of the setup pass.
-CHUNK_ROWS = 1 << 15
-
 
 def _logit_third(eta: np.ndarray) -> np.ndarray:
     """``f‴(η) = −p(1 − p)(1 − 2p)``, ``p = σ(η)``, of the logistic log-likelihood."""
@@ -182,23 +179,46 @@ def level_cubic(data_pass, frame: LevelFrame) -> LevelCubic | str:
                 "crossed factor")
     lik, lay = data_pass.lik, frame.layout
     g, d_f = lay.n_levels, lay.dim - lay.n_levels
-    temperature = lik.temperature
     t_sum, v_sum = np.zeros(g), np.zeros((g, d_f))
     w_sum, e_sum = np.zeros((g, d_f, d_f)), np.zeros((d_f, d_f, d_f))
     rows = LevelRows.empty(lik.n_rows, g, 3)
-    for start in range(0, lik.n_rows, CHUNK_ROWS):
-        chunk = np.arange(start, min(start + CHUNK_ROWS, lik.n_rows), dtype=np.int64)
-        _, pieces = data_pass.rows(frame.theta_hat, chunk, check=False)
+    # the likelihood's blocks (threads, read-ahead, the build's bar), summed in block order
+    for chunk, (t, v, w, e, level_rows) in lik.map_row_blocks(_CubicPass(data_pass, frame)):
+        t_sum += t
+        v_sum += v
+        w_sum += w
+        e_sum += e
+        rows.fill(chunk, level_rows)
+    return LevelCubic(data_pass, frame, t_sum, v_sum, w_sum, e_sum, LevelBound(rows, lay.dim))
+
+
+class _CubicPass:
+    """The blocks of :func:`level_cubic`'s pass, for
+    :meth:`~pymc_subsample.model.likelihood.SubsampledLikelihood.map_row_blocks`: per block,
+    ``T_k``, ``V_k``, ``W_k``, ``E`` and the rows' order-3 level-bound pieces, at ``θ̂``."""
+
+    def __init__(self, glm_pass: GLMPass, frame: LevelFrame) -> None:
+        self._pass, self._frame = glm_pass, frame
+
+    def thread_copy(self) -> _CubicPass:
+        return _CubicPass(self._pass.thread_copy(), self._frame)
+
+    def block(self, chunk: np.ndarray) -> tuple:
+        frame = self._frame
+        g = frame.layout.n_levels
+        _, pieces = self._pass.rows(frame.theta_hat, chunk, check=False)
         x, _, _, _, eta_hat, _, _ = pieces[0]
         assert isinstance(x, SplitRows)
-        f3 = _logit_third(eta_hat) / temperature
+        f3 = _logit_third(eta_hat) / self._pass.lik.temperature
         xf, t, level = x.fixed_block(), x.value, x.level
-        t_sum += np.bincount(level, f3 * t**3, minlength=g)
-        v_sum += weighted_level_sums(level, f3 * t * t, xf, g)
+        d_f = xf.shape[1]
+        w = np.empty((g, d_f, d_f))
+        e = np.empty((d_f, d_f, d_f))
         for j in range(d_f):
-            w_sum[:, j, :] += weighted_level_sums(level, f3 * t * xf[:, j], xf, g)
-            e_sum[j] += weighted_gram(xf, f3 * xf[:, j])
+            w[:, j, :] = weighted_level_sums(level, f3 * t * xf[:, j], xf, g)
+            e[j] = weighted_gram(xf, f3 * xf[:, j])
         xt = frame.whiten_rows(x)
-        sup = np.full(chunk.size, LOGIT_FOURTH_SUP / temperature)
-        rows.fill(chunk, split_level_rows(3, sup, xt.fixed, xt.level, xt.value, g))
-    return LevelCubic(data_pass, frame, t_sum, v_sum, w_sum, e_sum, LevelBound(rows, lay.dim))
+        sup = np.full(chunk.size, LOGIT_FOURTH_SUP / self._pass.lik.temperature)
+        return (np.bincount(level, f3 * t**3, minlength=g),
+                weighted_level_sums(level, f3 * t * t, xf, g), w, e,
+                split_level_rows(3, sup, xt.fixed, xt.level, xt.value, g))

@@ -406,13 +406,13 @@ class SubsampledLikelihood:
 
     def map_row_blocks(
         self, data_pass, *args, chunks: typing.Iterable[np.ndarray] | None = None,
-        in_order: bool = False,
+        first_alone: bool = False,
     ) -> typing.Iterator[tuple[np.ndarray, typing.Any]]:
         """``(idx, data_pass.block(idx, *args))`` for ``idx`` in :meth:`row_chunks`, in order:
         locally, over the index arrays ``chunks`` when given, or block by block on a
         ``dask.distributed`` cluster (:func:`pymc_subsample.model.cluster.map_row_blocks`,
-        ``in_order`` too; ``data_pass`` is a :class:`~pymc_subsample.model.passes.DataPass`)."""
-        return map_row_blocks(self, data_pass, *args, chunks=chunks, in_order=in_order)
+        ``first_alone`` too; ``data_pass`` is a :class:`~pymc_subsample.model.passes.DataPass`)."""
+        return map_row_blocks(self, data_pass, *args, chunks=chunks, first_alone=first_alone)
 
     def row_chunks(self, chunk_rows: int = SETUP_CHUNK_ROWS):
         """Yield consecutive int64 index arrays covering all N rows."""

@@ -70,9 +70,8 @@ class LocationScalePass(GLMPass):
         # one predictor a row (an automatic bound's): the derivative tensor is of rank one
         self.sharp_angles = all(t.family.n_predictors == 1 for t in terms)
         # an automatic bound's enclosures cost several passes: computed once, at the mode
+        # (through a cell grid made from the first block: GLMPass.speculative_constants)
         self.speculative_constants = not any(t.family.costly_suprema for t in terms)
-        # and grow a cell grid block by block (GLMPass.constants_in_order)
-        self.constants_in_order = not self.speculative_constants
 
     def _term_outputs(self, term: LocationScaleTerm) -> list[Variable]:
         """``Σ f``, the predictor rows, the gradient and Hessian in the predictors, the

@@ -310,9 +310,13 @@ class ChunkedSource(RowSource):
     #: ``(chunk, its rows from the first row the last read did not return)`` or None.
     _kept: tuple[int, np.ndarray] | None = None
 
+    #: row boundaries of the chunks along the first axis (int64, ``n_chunks + 1``): each
+    #: kind of source's own, computed once
+    _bounds: np.ndarray
+
     def _chunk_bounds(self) -> np.ndarray:
-        """Row boundaries of the chunks along the first axis (int64, ``n_chunks + 1``)."""
-        raise NotImplementedError
+        """:attr:`_bounds`."""
+        return self._bounds
 
     def _read_chunks(self, first: int, stop: int) -> np.ndarray:
         """The rows of chunks ``first:stop``, in one read."""
@@ -363,9 +367,6 @@ class ZarrSource(ChunkedSource):
     def __init__(self, array) -> None:
         self.array = array
         self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
-
-    def _chunk_bounds(self) -> np.ndarray:
-        return self._bounds
 
     @cached_property
     def _bounds(self) -> np.ndarray:
@@ -449,9 +450,6 @@ class DaskSource(ChunkedSource):
         if any(len(c) > 1 for c in array.chunks[1:]):
             array = array.rechunk({a: -1 for a in range(1, array.ndim)})
         return array.to_delayed().reshape(-1)
-
-    def _chunk_bounds(self) -> np.ndarray:
-        return self._bounds
 
     @cached_property
     def _bounds(self) -> np.ndarray:
