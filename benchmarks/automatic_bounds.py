@@ -10,8 +10,11 @@ automatic path forced with the private ``pymc_subsample.model.setup._AUTOMATIC_O
 ``--nuts-draws`` draws after as many tuning steps) on the same model in the same run, its whole
 wall time to a minimum bulk ESS of 1000 extrapolated linearly from that run
 (``compare.run_numpyro_nuts`` and ``compare.time_to_ess``: NumPyro's run, its tuning and JIT
-included, scaled; the rest of ``pm.sample`` paid once). ``tests/test_posterior_automatic.py``
-checks the posteriors against stored NUTS references at N = 20,000.
+included, scaled; the rest of ``pm.sample`` paid once). PyMC's Normal log-CDF (Tobit, the
+truncated Normal) uses the op ``erfcx``, which JAX has only through TensorFlow Probability:
+those two need ``pip install tfp-nightly`` for ``--nuts`` (the release 0.25 does not import
+with JAX 0.10). ``tests/test_posterior_automatic.py`` checks the posteriors against stored
+NUTS references at N = 20,000.
 """
 
 from __future__ import annotations

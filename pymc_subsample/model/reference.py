@@ -254,6 +254,17 @@ def fit_reference(
     t_pass = time.perf_counter()
     # costly constants (an automatic bound's) only on a pass at a point found to be the mode
     at_mode = data_pass.speculative_constants
+
+    def damped_from(theta: np.ndarray, start: tuple) -> np.ndarray:
+        """Damped Newton on all rows from ``θ`` (:func:`_damped_newton`), once per fit; at a
+        mode, the next pass is the constants' (its distance checked again)."""
+        nonlocal damped_restart, whitening, expect_converged, at_mode
+        theta, converged_frame = _damped_newton(full_objective, theta, tolerance, start=start)
+        damped_restart = True
+        if converged_frame is not None:
+            whitening, expect_converged, at_mode = converged_frame, True, True
+        return theta
+
     for _ in range(max_passes):
         want_constants = (order is not None and whitening is not None and expect_converged
                           and at_mode)
@@ -299,12 +310,7 @@ def fit_reference(
                 # passes (find_MAP took 97 s of a 3·10⁵-row setup and read all rows uncounted)
                 _log.info("the log posterior's Hessian is not negative definite at a full "
                           "pass; damped Newton on all rows")
-                theta, converged_frame = _damped_newton(full_objective, theta, tolerance,
-                                                        start=(value, g_post, prec))
-                damped_restart = True
-                if converged_frame is not None:
-                    # a mode: the next pass is the constants' (its distance checked again)
-                    whitening, expect_converged, at_mode = converged_frame, True, True
+                theta = damped_from(theta, (value, g_post, prec))
                 continue
             theta, used_fallback = _find_map_fallback(lik, theta), True
             best_value = -np.inf
@@ -334,11 +340,7 @@ def fit_reference(
             # far from the mode (a poor map_point, or a subsample that misses what a few
             # rows inform, like rare binary columns): plain Newton steps may overshoot, so
             # damped Newton on all rows, each step and backtrack a counted pass
-            theta, converged_frame = _damped_newton(full_objective, theta, tolerance,
-                                                    start=(value, g_post, prec))
-            damped_restart = True
-            if converged_frame is not None:
-                whitening, expect_converged, at_mode = converged_frame, True, True
+            theta = damped_from(theta, (value, g_post, prec))
             continue
         theta = theta + frame.newton_step(g_post)
     if result is None and map_point is None and not tried_marginal:
