@@ -9,8 +9,12 @@ import pymc as pm
 import pytest
 
 from pymc_subsample.model.prior_hessian import prior_terms
-from pymc_subsample.model.reference import fit_reference
-from pymc_subsample.model.setup import SubsampledLikelihood, default_data_pass
+from pymc_subsample.model.reference import MODE_TOLERANCE, fit_reference
+from pymc_subsample.model.setup import (
+    SubsampledLikelihood,
+    default_data_pass,
+    glm_data_pass,
+)
 from tests import row_models
 
 
@@ -54,4 +58,31 @@ def test_an_indefinite_hessian_near_the_mode_takes_damped_newton_not_find_map(
     assert np.linalg.norm(chol.T @ grad) <= 0.25
     assert refit.newton_distance <= 0.25
     sd = np.sqrt(np.diag(fit.frame.cov))
+    assert np.max(np.abs(refit.theta_hat - fit.theta_hat) / sd) < 0.1
+
+
+def test_an_automatic_bounds_constants_follow_a_newton_step_from_within_one_sd():
+    """The row constants of an automatic bound cost more than a pass: made on the pass one
+    Newton step from within ``COSTLY_CONSTANTS_DISTANCE`` of the mode, not on a pass after
+    the one that found the mode (which took a pass more, at the same point)."""
+    lik = SubsampledLikelihood(row_models.beta(4_000, seed=0))
+    data_pass = glm_data_pass(lik, 2)
+    assert not data_pass.speculative_constants  # an automatic bound's pass
+    fit = fit_reference(lik, data_pass, order=2)
+    sd = np.sqrt(np.diag(fit.frame.cov))
+    start = fit.theta_hat.copy()
+    start[0] += 0.6 * sd[0]  # within 1 sd of the mode, beyond MODE_TOLERANCE
+    passes, asked = data_pass.n_passes, []
+    full = data_pass.full
+
+    def recorded(theta, **kwargs):
+        asked.append(kwargs.get("order") is not None)
+        return full(theta, **kwargs)
+
+    data_pass.full = recorded
+    refit = fit_reference(lik, data_pass, map_point=lik.unravel(start), order=2)
+    distance = refit.newton_distance
+    assert MODE_TOLERANCE < np.linalg.norm((start - fit.theta_hat) / sd) <= 1.0
+    assert asked == [False, True] and data_pass.n_passes - passes == 2
+    assert distance <= MODE_TOLERANCE and refit.row_constants is not None
     assert np.max(np.abs(refit.theta_hat - fit.theta_hat) / sd) < 0.1

@@ -139,6 +139,15 @@ def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
     """The enclosures of ``outputs``; ``env`` (if given) keeps every variable's."""
     env = {} if env is None else env
     env.update(zip(inputs, enclosures, strict=True))
+    # the rules' NaN and ±inf are handled as values (the whole line, an overflow): no
+    # warnings, set once for the walk rather than by each rule
+    with np.errstate(all="ignore"):
+        return _walk(inputs, outputs, env)
+
+
+def _walk(inputs: Sequence[Variable], outputs: Sequence[Variable],
+          env: dict[Variable, Interval]) -> list[Interval]:
+    """:func:`_evaluate`'s walk through the graph, ``env`` holding the inputs' enclosures."""
     for node in io_toposort(list(inputs), list(outputs)):
         for var in node.inputs:
             if var not in env:
@@ -159,9 +168,11 @@ def _evaluate(inputs: Sequence[Variable], enclosures: Sequence[Interval],
             result = (value, value)
         elif isinstance(op, Elemwise):
             lo, hi = _scalar_rule(op.scalar_op, args, out.type.dtype)
-            shape = tuple(np.broadcast_shapes(*(np.shape(a[0]) for a in args)))
-            lo_b = np.broadcast_to(lo, shape)
-            result = (lo_b, lo_b if hi is lo else np.broadcast_to(hi, shape))
+            shape = np.broadcast_shapes(*(np.shape(a[0]) for a in args))
+            if np.shape(lo) != shape or np.shape(hi) != shape:
+                lo_b = np.broadcast_to(lo, shape)
+                lo, hi = lo_b, lo_b if hi is lo else np.broadcast_to(hi, shape)
+            result = (lo, hi)
         elif isinstance(op, ps.ScalarOp):
             result = _scalar_rule(op, args, out.type.dtype)
         elif isinstance(op, _SHAPE):

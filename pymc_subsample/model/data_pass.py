@@ -41,8 +41,9 @@ class DataPass(Protocol):
     levels: LevelLayout | None
     #: the row constants cost little beside the pass, so the reference fit asks for them on
     #: every pass that may be the last; ``False`` (an automatic bound's interval enclosures):
-    #: only on a pass at a point already found to be the mode, its first block computed
-    #: before the others (it makes the cell grid they read)
+    #: only on a pass at a point already found to be the mode or one Newton step from within
+    #: :data:`~pymc_subsample.model.reference.COSTLY_CONSTANTS_DISTANCE` of it, its first
+    #: block computed before the others (it makes the cell grid they read)
     speculative_constants: bool
 
     def block(self, chunk: np.ndarray, theta: np.ndarray, *args) -> tuple:

@@ -46,6 +46,11 @@ _log = logging.getLogger("pymc_subsample")
 
 #: Default Newton distance (posterior standard deviations) below which ``θ̂`` is a mode.
 MODE_TOLERANCE = 0.25
+#: Newton distance after which costly row constants (an automatic bound's) are made on the
+#: next pass: Newton converges quadratically, and on the ten automatic families at 10⁶ rows a
+#: step from 0.27–0.63 sd landed within 10⁻² sd (``benchmarks/automatic_setup.py``), so the
+#: pass after one from within 1 sd is the mode's (a miss costs one more constants pass)
+COSTLY_CONSTANTS_DISTANCE = 1.0
 
 
 @dataclass
@@ -252,7 +257,8 @@ def fit_reference(
     used_fallback = tried_marginal = False
     marginal = None  # (pass, frame) at the group scales' marginal mode, for a funnel
     t_pass = time.perf_counter()
-    # costly constants (an automatic bound's) only on a pass at a point found to be the mode
+    # costly constants (an automatic bound's) only on a pass at a point found to be the mode,
+    # or one Newton step from within COSTLY_CONSTANTS_DISTANCE of it
     at_mode = data_pass.speculative_constants
 
     def damped_from(theta: np.ndarray, start: tuple) -> np.ndarray:
@@ -336,6 +342,7 @@ def fit_reference(
             continue
         # after one Newton step from within a few dozen sds the next pass is usually the last
         whitening, expect_converged = frame, distance <= 25.0
+        at_mode = data_pass.speculative_constants or distance <= COSTLY_CONSTANTS_DISTANCE
         if distance > 25.0 and not damped_restart:
             # far from the mode (a poor map_point, or a subsample that misses what a few
             # rows inform, like rare binary columns): plain Newton steps may overshoot, so
