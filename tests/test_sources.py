@@ -115,7 +115,7 @@ def test_chunked_sources_read_each_chunk_once_per_pass(kind, tmp_path, monkeypat
         read.clear()
         blocks = list(source.blocks(block_rows))
         np.testing.assert_array_equal(np.concatenate([b for _, b in blocks]), ref)
-        assert read == list(range(len(source._chunk_bounds()) - 1))
+        assert read == list(range(len(source._bounds) - 1))
     idx = np.sort(rng.choice(ref.shape[0], 40, replace=False))
     np.testing.assert_array_equal(source.take(idx[::-1]), ref[idx[::-1]])
     if kind == "dask":  # a bound on the bytes computed at once: one chunk a call here

@@ -337,9 +337,8 @@ def map_row_blocks(
         threads = min(pass_threads(), len(chunks) - first_alone) if in_memory else 1
         if threads <= 1:
             return ((idx, block_fn(idx, *args)) for idx in chunks)
-        first = [(chunks[0], block_fn(chunks[0], *args))] if first_alone and chunks else []
-        return chain(first, _on_threads(lik, data_pass, args, chunks[len(first):], threads,
-                                        consecutive=False))
+        return _first_then_threads(lik, data_pass, args, chunks, threads, first_alone,
+                                   consecutive=False)
     dask_rows = [(rows.name, source) for rows, source in lik.gathered.values()
                  if isinstance(source, DaskSource)]
     client = _active_client() if dask_rows else None
@@ -349,10 +348,8 @@ def map_row_blocks(
         if threads <= 1:
             blocks = _read_ahead(lik, data_pass, args, lik.row_chunks())
         else:
-            chunks = lik.row_chunks()
-            first = ([(idx, block_fn(idx, *args)) for idx in islice(chunks, 1)]
-                     if first_alone else [])
-            blocks = chain(first, _on_threads(lik, data_pass, args, chunks, threads))
+            blocks = _first_then_threads(lik, data_pass, args, lik.row_chunks(), threads,
+                                         first_alone)
         return _advancing(blocks, rows_advance(lik.n_rows))
     import dask
 
@@ -387,6 +384,18 @@ def map_row_blocks(
     results = chain(first, (_aligned(r) for r in client.gather(client.compute(tasks))))
     return _checked_on_workers(zip(lik.row_chunks(chunk), results, strict=True),
                                [source for _, source in dask_rows])
+
+
+def _first_then_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarray],
+                        threads: int, first_alone: bool, *, consecutive: bool = True
+                        ) -> Iterator[tuple[np.ndarray, typing.Any]]:
+    """:func:`_on_threads` over ``chunks``, the first computed on the calling thread before
+    the others start when ``first_alone`` (:func:`map_row_blocks`)."""
+    chunks = iter(chunks)
+    first = ([(idx, data_pass.block(idx, *args)) for idx in islice(chunks, 1)]
+             if first_alone else [])
+    return chain(first, _on_threads(lik, data_pass, args, chunks, threads,
+                                    consecutive=consecutive))
 
 
 def _checked_on_workers(blocks, sources: Sequence[RowSource]):

@@ -314,21 +314,17 @@ class ChunkedSource(RowSource):
     #: kind of source's own, computed once
     _bounds: np.ndarray
 
-    def _chunk_bounds(self) -> np.ndarray:
-        """:attr:`_bounds`."""
-        return self._bounds
-
     def _read_chunks(self, first: int, stop: int) -> np.ndarray:
         """The rows of chunks ``first:stop``, in one read."""
         raise NotImplementedError
 
     @property
     def chunk_rows(self) -> int:
-        return int(np.diff(self._chunk_bounds()).max())
+        return int(np.diff(self._bounds).max())
 
     def _chunk_of(self, rows):
         """The chunks holding rows ``rows`` (an int or a sorted array)."""
-        return np.searchsorted(self._chunk_bounds(), rows, side="right") - 1
+        return np.searchsorted(self._bounds, rows, side="right") - 1
 
     def _chunk_runs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``chunks, first, last``: the chunks holding the sorted ``rows``, each chunk's rows
@@ -337,7 +333,7 @@ class ChunkedSource(RowSource):
         return chunks, first, np.append(first[1:], rows.size)
 
     def _slice(self, start: int, stop: int) -> np.ndarray:
-        bounds = self._chunk_bounds()
+        bounds = self._bounds
         first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
         # the last chunk of the previous read (one assignment: a race only costs a re-read)
         kept = self._kept
@@ -396,14 +392,14 @@ class ZarrSource(ChunkedSource):
         return out
 
     def _read_chunks(self, first: int, stop: int) -> np.ndarray:
-        bounds = self._chunk_bounds()
+        bounds = self._bounds
         chunks = range(first, stop)
         out = self._gather(chunks, [slice(bounds[k] - bounds[first], bounds[k + 1] - bounds[first])
                                     for k in chunks], [slice(None)] * len(chunks))
         return out if out is not None else np.asarray(self.array[bounds[first] : bounds[stop]])
 
     def _take_sorted(self, rows: np.ndarray) -> np.ndarray:
-        bounds = self._chunk_bounds()
+        bounds = self._bounds
         chunks, first, last = self._chunk_runs(rows)
         out = self._gather(chunks, [slice(a, b) for a, b in zip(first, last, strict=True)],
                            [rows[a:b] - bounds[k] for k, a, b in zip(chunks, first, last,
@@ -497,7 +493,7 @@ class DaskSource(ChunkedSource):
     def _slice(self, start: int, stop: int) -> np.ndarray:
         if self._zarr_behind() is not None:
             return super()._slice(start, stop)
-        bounds = self._chunk_bounds()
+        bounds = self._bounds
         first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
         kept = self._kept
         if ((kept is None or kept[0] != first)
@@ -517,7 +513,7 @@ class DaskSource(ChunkedSource):
         Dask's indexing when they are a small part of large chunks (:data:`SPARSE_FACTOR`)."""
         if (behind := self._zarr_behind()) is not None:
             return behind._take_sorted(rows)
-        bounds = self._chunk_bounds()
+        bounds = self._bounds
         chunks, first, last = self._chunk_runs(rows)
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
         if self._sparse(rows.size, int((bounds[chunks + 1] - bounds[chunks]).sum())):
