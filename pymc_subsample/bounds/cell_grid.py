@@ -113,7 +113,9 @@ class CellGrid(Locked):
     #: bits of a cell key for its data's code
     CODE_BITS = 20
 
-    def __init__(self, steps: list, shared: list, columns: list, fields: CellFields) -> None:
+    def __init__(self, steps: list, shared: list, columns: list, fields: CellFields,
+                 first_rows: int) -> None:
+        self.first_rows = first_rows  # the rows of the block the grid was made from
         self.steps = steps  # per predictor: the step, None for one shared by every row
         self.shared = shared  # the shared predictors' (value, half-width)
         self.columns = columns  # per data column: None (exact), or (bin edges, frequent)
@@ -181,7 +183,7 @@ class CellGrid(Locked):
                      *(np.linspace(a, b, n, endpoint=False)
                        for a, b, n in zip(edges[:-1], edges[1:], parts, strict=True))]))
             columns.append((edges, frequent))
-        return cls(steps, shared, columns, fields)
+        return cls(steps, shared, columns, fields, int(np.shape(centres[0])[0]))
 
     def data_codes(self, data: list[np.ndarray], n_rows: int) -> np.ndarray:
         """Each of the ``n_rows`` rows' data code (``-1`` where its data are off the grid: a
