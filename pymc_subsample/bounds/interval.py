@@ -314,19 +314,22 @@ def check_rules(outputs: Sequence[Variable], inputs: Sequence[Variable]) -> None
 
 
 def piece_boxes(centres: Sequence[np.ndarray], halves: Sequence[np.ndarray],
-                pieces: int) -> list[Interval]:
+                pieces: int | Sequence[int]) -> list[Interval]:
     """The boxes ``[c_j − w_j, c_j + w_j]`` (arrays of ``n`` boxes, one centre and half-width
-    per axis) bisected into ``pieces`` parts per axis: per axis, the ends of the
-    ``pieces^K · n`` parts, part by part (the ``m``-th part of every box at ``m n … (m+1) n``).
+    per axis) bisected into ``pieces`` parts per axis (or ``pieces[j]`` along axis ``j``): per
+    axis, the ends of the ``Π pieces · n`` parts, part by part (the ``m``-th part of every box
+    at ``m n … (m+1) n``).
 
     Each end is widened outward past its few roundings, relative to ``|c| + 2w`` rather than
     to the end itself (which may cancel to about 0): the parts' union covers the box."""
-    parts = list(np.ndindex(*(pieces,) * len(centres)))
+    counts = ((pieces,) * len(centres) if isinstance(pieces, int | np.integer)
+              else tuple(pieces))
+    parts = list(np.ndindex(*counts))
     out = []
     for j, (c, w) in enumerate(zip(centres, halves, strict=True)):
         t = np.array([part[j] for part in parts], dtype=np.float64)[:, None]
-        lo = c - w + 2.0 * w * (t / pieces)
-        hi = c - w + 2.0 * w * ((t + 1.0) / pieces)
+        lo = c - w + 2.0 * w * (t / counts[j])
+        hi = c - w + 2.0 * w * ((t + 1.0) / counts[j])
         slack = (np.abs(c) + 2.0 * np.abs(w)) * _PIECE_REL + _PIECE_ABS
         out.append(((lo - slack).ravel(), (hi + slack).ravel()))
     return out
