@@ -25,7 +25,7 @@ from pytensor.graph.rewriting.utils import rewrite_graph
 
 from pymc_subsample.bounds import family
 from pymc_subsample.bounds.automatic import AutomaticFamily, NonSmoothRow
-from pymc_subsample.bounds.interval import NoIntervalRule, evaluate_intervals
+from pymc_subsample.bounds.interval import NoIntervalRule, evaluate_intervals, piece_boxes
 from pymc_subsample.bounds.normal import NormalScale, normal_scale_suprema
 from pymc_subsample.bounds.student_t import StudentTScale, student_t_scale_suprema
 from pymc_subsample.model.predictor_forms import drop_check
@@ -573,3 +573,33 @@ def test_class_axis_row_term_is_the_model_s_and_its_suprema_hold(name):
             at = dict(zip(alphas, point_fn(*points, *params), strict=False))
             for alpha, s_alpha in sup.items():
                 assert np.all(np.abs(at[alpha]) <= s_alpha), alpha
+
+
+@pytest.mark.parametrize("pieces", [1, 3, (4, 1), (2, 2, 1), (1, 4, 2)])
+def test_piece_boxes_cover_each_box_part_by_part(pieces):
+    """``piece_boxes`` with one count for every axis or one per axis (a cell split along its
+    shared predictors only): per axis, consecutive parts meet or overlap, the first starts at
+    or below the box's low end and the last ends at or above its high end, every part of
+    every box, in the documented order (part ``m`` of box ``i`` at ``m n + i``)."""
+    rng = np.random.default_rng(RNG_SEED)
+    n_axes = 2 if isinstance(pieces, int) else len(pieces)
+    counts = (pieces,) * n_axes if isinstance(pieces, int) else pieces
+    n = 50
+    centres = [rng.normal(0.0, 10.0, n) for _ in range(n_axes)]
+    halves = [rng.exponential(1.0, n) for _ in range(n_axes)]
+    boxes = piece_boxes(centres, halves, pieces)
+    parts = list(np.ndindex(*counts))
+    for j, (lo, hi) in enumerate(boxes):
+        assert lo.shape == hi.shape == (len(parts) * n,)
+        lo, hi = lo.reshape(len(parts), n), hi.reshape(len(parts), n)
+        for k in range(counts[j]):
+            along = [m for m, part in enumerate(parts) if part[j] == k]
+            # every part with the same index along j has the same ends along j
+            assert all(np.array_equal(lo[m], lo[along[0]]) for m in along)
+            if k == 0:
+                assert np.all(lo[along[0]] <= centres[j] - halves[j])
+            else:
+                before = [m for m, part in enumerate(parts) if part[j] == k - 1][0]
+                assert np.all(lo[along[0]] <= hi[before])
+            if k == counts[j] - 1:
+                assert np.all(hi[along[0]] >= centres[j] + halves[j])
