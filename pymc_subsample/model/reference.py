@@ -47,10 +47,11 @@ _log = logging.getLogger("pymc_subsample")
 #: Default Newton distance (posterior standard deviations) below which ``θ̂`` is a mode.
 MODE_TOLERANCE = 0.25
 #: Newton distance after which costly row constants (an automatic bound's) are made on the
-#: next pass: Newton converges quadratically, and on the ten automatic families at 10⁶ rows a
-#: step from 0.27–0.63 sd landed within 10⁻² sd (``benchmarks/automatic_setup.py``), so the
-#: pass after one from within 1 sd is the mode's (a miss costs one more constants pass)
-COSTLY_CONSTANTS_DISTANCE = 1.0
+#: next pass: Newton converges quadratically, and on eleven automatic families at 10⁶ rows a
+#: step from d = 0.27–1.26 sd landed within 0.041 d² sd of the mode (0.17 sd from 2 sd;
+#: the reference fit's debug log on ``benchmarks/automatic_bounds.py``'s models), so the pass
+#: after one from within 2 sd is the mode's (a miss costs one more constants pass)
+COSTLY_CONSTANTS_DISTANCE = 2.0
 
 
 @dataclass
