@@ -46,6 +46,11 @@ from pytensor.scalar import basic as ps
 from pytensor.tensor.elemwise import Elemwise
 
 from pymc_subsample.bounds.cell_suprema import EVAL_ROWS, CellSuprema
+from pymc_subsample.bounds.derivative_cache import (
+    derivatives_entry,
+    load_derivatives,
+    store_derivatives,
+)
 from pymc_subsample.bounds.family import autodiff_row_terms, multi_indices
 from pymc_subsample.bounds.interval import (
     check_rules,
@@ -240,6 +245,11 @@ class AutomaticFamily:
         (:func:`~pymc_subsample.bounds.family.autodiff_row_terms`)."""
         return autodiff_row_terms(self.row_logp, tuple(predictors), y, tuple(params))
 
+    @property
+    def _simplify_order(self) -> int:
+        """The highest order of derivatives simplified by PyTensor's rewrites."""
+        return 3 if self.n_predictors <= 2 else SIMPLIFY_ORDER
+
     def _partial(self, alpha: tuple[int, ...]) -> Variable:
         """``∂^α f`` per row (cached): the gradient of the row sum of one derivative fewer."""
         if alpha not in self._memo:
@@ -258,7 +268,7 @@ class AutomaticFamily:
             # PyTensor minutes) up to SIMPLIFY_ORDER: beyond, the rewrites of a row term with
             # many predictors (an ordinal model's switch over its classes) ran for minutes,
             # and the unsimplified graphs are enclosed as validly (only less tightly)
-            if sum(alpha) <= (3 if self.n_predictors <= 2 else SIMPLIFY_ORDER):
+            if sum(alpha) <= self._simplify_order:
                 grads = rewrite_graph(grads, include=("canonicalize",))
             for i, grad in zip(wrt, grads, strict=True):
                 self._memo[tuple(a + (k == i) for k, a in enumerate(lower))] = grad
@@ -270,12 +280,20 @@ class AutomaticFamily:
         rewrites (cached)."""
         check_order(order)
         if order not in self._derivative_graphs:
-            alphas = [*multi_indices(self.n_predictors, order + 1),
-                      *multi_indices(self.n_predictors, order + 2)]
-            shape = self._predictors[0].shape
-            graphs = [pt.cast(pt.broadcast_to(self._partial(a), shape), "float64")
-                      for a in alphas]
-            self._derivative_graphs[order] = (alphas, _merged(self._inputs, graphs))
+            # the same f, the same graphs: kept on disk between builds (1.5–4 s of rewrites)
+            entry = derivatives_entry(self._f, self._inputs, order,
+                                      f"simplified to order {self._simplify_order}")
+            found = load_derivatives(entry, self._inputs)
+            if found is None:
+                alphas = [*multi_indices(self.n_predictors, order + 1),
+                          *multi_indices(self.n_predictors, order + 2)]
+                shape = self._predictors[0].shape
+                graphs = _merged(self._inputs, [
+                    pt.cast(pt.broadcast_to(self._partial(a), shape), "float64")
+                    for a in alphas])
+                store_derivatives(entry, self._inputs, alphas, graphs)
+                found = (alphas, graphs)
+            self._derivative_graphs[order] = found
         return self._derivative_graphs[order]
 
     def check_row_rules(self) -> None:
