@@ -96,3 +96,16 @@ def test_an_unreadable_entry_is_no_cache(cache_directory):
     third._partial = lambda alpha: pytest.fail("built, not loaded")
     assert third.derivatives(ORDER)[0] == alphas
 
+
+
+def test_an_entry_whose_graphs_read_another_variable_is_not_used():
+    """Graphs stored for ``f`` that read a variable other than ``f``'s inputs (a build that
+    lost track of them) are built anew, not trusted."""
+    fam = _beta_row()
+    entry = derivative_cache.derivatives_entry(fam._f, fam._inputs, ORDER, "test")
+    stray = pt.vector("stray", dtype="float64")
+    derivative_cache.store_derivatives(entry, fam._inputs, [(3, 0)], [fam._f + stray])
+    assert entry.path.exists()
+    assert derivative_cache.load_derivatives(entry, fam._inputs) is None
+    derivative_cache.store_derivatives(entry, fam._inputs, [(3, 0)], [fam._f * 2.0])
+    assert derivative_cache.load_derivatives(entry, fam._inputs) is not None

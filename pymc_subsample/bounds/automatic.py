@@ -269,7 +269,11 @@ class AutomaticFamily:
             # many predictors (an ordinal model's switch over its classes) ran for minutes,
             # and the unsimplified graphs are enclosed as validly (only less tightly)
             if sum(alpha) <= self._simplify_order:
-                grads = rewrite_graph(grads, include=("canonicalize",))
+                # on a copy: in place, the rewrites also rewrote the nodes the derivatives
+                # share with f (a truncated Normal's, a hurdle Poisson's), whose comparisons
+                # (self._conditions) the enclosures must find in f's graph
+                fgraph = FunctionGraph(outputs=grads, clone=True, copy_inputs=False)
+                grads = list(rewrite_graph(fgraph, include=("canonicalize",)).outputs)
             for i, grad in zip(wrt, grads, strict=True):
                 self._memo[tuple(a + (k == i) for k, a in enumerate(lower))] = grad
         return self._memo[alpha]

@@ -8,16 +8,20 @@ built. The graphs depend on ``f`` alone, so they are kept, pickled, in PyTensor'
 directory (``pytensor.config.compiledir``), under a hash of ``f``'s printed graph
 (``debugprint``, the same on every run), and a later build of the same ``f`` loads them.
 
-A loaded entry is used only when its stored ``f`` is the same computation as the new one
-(:func:`pytensor.graph.basic.equal_computations`, constants compared by value), so a hash
-collision or a model that prints alike costs a rebuild, never a wrong graph; the derivative
-graphs then have the stored inputs replaced by the new ones. Whatever version of this
-package built them, they are derivatives of that ``f``. A directory that cannot be written,
-or an entry that cannot be read (another PyTensor, a partial write), means no cache.
+The hash also covers PyTensor's version and the source of :mod:`pymc_subsample.bounds`
+(where the derivatives are built and the package's own ops define their gradients), so
+another PyTensor or an edited module builds its own entries. A loaded entry is used only when
+its stored ``f`` is the same computation as the new one
+(:func:`pytensor.graph.basic.equal_computations`, constants compared by value) and its
+graphs read nothing but ``f``'s inputs and constants, so a hash collision or a model that
+prints alike costs a rebuild, never a wrong graph; the derivative graphs then have the stored
+inputs replaced by the new ones. A directory that cannot be written, or an entry that cannot
+be read (a partial write), means no cache.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -28,26 +32,34 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytensor
-from pytensor.graph.basic import Variable, clone, equal_computations
+from pytensor.graph.basic import Constant, Variable, clone, equal_computations
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import graph_inputs
 from pytensor.printing import debugprint
 
 __all__ = ["DerivativesEntry", "derivatives_entry", "load_derivatives", "store_derivatives"]
 
 _log = logging.getLogger("pymc_subsample")
 
-#: bumped when the derivatives' construction changes (an old entry still holds derivatives of
-#: its ``f``, only built another way)
-CACHE_VERSION = 1
+
+@functools.cache
+def _source_fingerprint() -> str:
+    """A hash of the source files of :mod:`pymc_subsample.bounds`: the derivatives' entries
+    of one version of them (an edit, even one that leaves the graphs as they were, builds
+    them anew)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def derivatives_entry(logp: Variable, inputs: Sequence[Variable], order: int,
                       how: str) -> DerivativesEntry:
     """The entry of ``f = logp`` of ``inputs`` and the derivatives' ``order`` and ``how``
-    (how they are built), taken before they are: PyTensor's rewrites of the derivatives
-    rewrite the nodes they share with ``f`` in place."""
+    (how they are built), with a copy of ``f`` as it is now."""
     text = "\n".join([
-        str(CACHE_VERSION), pytensor.__version__, how, str(order),
+        _source_fingerprint(), pytensor.__version__, how, str(order),
         repr([str(v.type) for v in inputs]),
         debugprint(logp, file="str", id_type="int", print_type=True),
     ])
@@ -77,18 +89,22 @@ def load_derivatives(
     :func:`derivatives_entry`'s order), or None."""
     try:
         with open(entry.path, "rb") as file:
-            stored_logp, stored_inputs, graph_inputs, alphas, graphs = pickle.load(file)
+            stored_logp, stored_inputs, built_on, alphas, graphs = pickle.load(file)
     except FileNotFoundError:
         return None
     except Exception as err:  # noqa: BLE001 (any unreadable entry: build the graphs anew)
         _log.debug("derivative cache entry %s not read: %s", entry.path, err)
         return None
-    if not (len(stored_inputs) == len(graph_inputs) == len(inputs)
+    if not (len(stored_inputs) == len(built_on) == len(inputs)
             and equal_computations([entry.logp], [stored_logp], in_xs=list(entry.inputs),
                                    in_ys=list(stored_inputs))):
         return None
-    graphs = graph_replace(list(graphs), dict(zip(graph_inputs, inputs, strict=True)),
+    graphs = graph_replace(list(graphs), dict(zip(built_on, inputs, strict=True)),
                            strict=False)
+    known = set(inputs)
+    if any(v not in known and not isinstance(v, Constant) for v in graph_inputs(graphs)):
+        _log.debug("derivative cache entry %s reads other variables: not used", entry.path)
+        return None
     return list(alphas), list(graphs)
 
 
