@@ -287,7 +287,7 @@ class AutomaticFamily:
             # the same f, the same graphs: kept on disk between builds (1.5–4 s of rewrites)
             entry = derivatives_entry(self._f, self._inputs, order,
                                       f"simplified to order {self._simplify_order}")
-            found = load_derivatives(entry, self._inputs)
+            found = load_derivatives(entry, self._f, self._inputs)
             if found is None:
                 alphas = [*multi_indices(self.n_predictors, order + 1),
                           *multi_indices(self.n_predictors, order + 2)]
@@ -295,7 +295,7 @@ class AutomaticFamily:
                 graphs = _merged(self._inputs, [
                     pt.cast(pt.broadcast_to(self._partial(a), shape), "float64")
                     for a in alphas])
-                store_derivatives(entry, self._inputs, alphas, graphs)
+                store_derivatives(entry, self._f, self._inputs, alphas, graphs)
                 found = (alphas, graphs)
             self._derivative_graphs[order] = found
         return self._derivative_graphs[order]

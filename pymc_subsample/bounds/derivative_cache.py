@@ -29,15 +29,14 @@ import pickle
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 import pytensor
-from pytensor.graph.basic import Constant, Variable, clone, equal_computations
+from pytensor.graph.basic import Constant, Variable, equal_computations
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import graph_inputs
 from pytensor.printing import debugprint
 
-__all__ = ["DerivativesEntry", "derivatives_entry", "load_derivatives", "store_derivatives"]
+__all__ = ["derivatives_entry", "load_derivatives", "store_derivatives"]
 
 _log = logging.getLogger("pymc_subsample")
 
@@ -55,26 +54,15 @@ def _source_fingerprint() -> str:
 
 
 def derivatives_entry(logp: Variable, inputs: Sequence[Variable], order: int,
-                      how: str) -> DerivativesEntry:
+                      how: str) -> Path:
     """The entry of ``f = logp`` of ``inputs`` and the derivatives' ``order`` and ``how``
-    (how they are built), with a copy of ``f`` as it is now."""
+    (how they are built)."""
     text = "\n".join([
         _source_fingerprint(), pytensor.__version__, how, str(order),
         repr([str(v.type) for v in inputs]),
         debugprint(logp, file="str", id_type="int", print_type=True),
     ])
-    path = _directory() / f"{hashlib.sha256(text.encode()).hexdigest()}.pkl"
-    # ``f`` as it is now, on inputs of its own
-    copied_inputs, (copied_logp,) = clone(list(inputs), [logp], copy_inputs=True)
-    return DerivativesEntry(path, copied_logp, copied_inputs)
-
-
-class DerivativesEntry(NamedTuple):
-    """Where the derivatives of ``logp`` (a copy of ``f`` on ``inputs`` of its own) are kept."""
-
-    path: Path
-    logp: Variable
-    inputs: list[Variable]
+    return _directory() / f"{hashlib.sha256(text.encode()).hexdigest()}.pkl"
 
 
 def _directory() -> Path:
@@ -83,48 +71,48 @@ def _directory() -> Path:
 
 
 def load_derivatives(
-    entry: DerivativesEntry, inputs: Sequence[Variable],
+    entry: Path, logp: Variable, inputs: Sequence[Variable],
 ) -> tuple[list[tuple[int, ...]], list[Variable]] | None:
-    """``(α's, graphs)`` kept at ``entry`` for its ``f``, on ``inputs`` (``f``'s, in
+    """``(α's, graphs)`` kept at ``entry`` for ``f = logp``, on ``inputs`` (in
     :func:`derivatives_entry`'s order), or None."""
     try:
-        with open(entry.path, "rb") as file:
-            stored_logp, stored_inputs, built_on, alphas, graphs = pickle.load(file)
+        with open(entry, "rb") as file:
+            stored_logp, stored_inputs, alphas, graphs = pickle.load(file)
     except FileNotFoundError:
         return None
     except Exception as err:  # noqa: BLE001 (any unreadable entry: build the graphs anew)
-        _log.debug("derivative cache entry %s not read: %s", entry.path, err)
+        _log.debug("derivative cache entry %s not read: %s", entry, err)
         return None
-    if not (len(stored_inputs) == len(built_on) == len(inputs)
-            and equal_computations([entry.logp], [stored_logp], in_xs=list(entry.inputs),
+    if not (len(stored_inputs) == len(inputs)
+            and equal_computations([logp], [stored_logp], in_xs=list(inputs),
                                    in_ys=list(stored_inputs))):
         return None
-    graphs = graph_replace(list(graphs), dict(zip(built_on, inputs, strict=True)),
+    graphs = graph_replace(list(graphs), dict(zip(stored_inputs, inputs, strict=True)),
                            strict=False)
     known = set(inputs)
     if any(v not in known and not isinstance(v, Constant) for v in graph_inputs(graphs)):
-        _log.debug("derivative cache entry %s reads other variables: not used", entry.path)
+        _log.debug("derivative cache entry %s reads other variables: not used", entry)
         return None
     return list(alphas), list(graphs)
 
 
 def store_derivatives(
-    entry: DerivativesEntry, inputs: Sequence[Variable],
+    entry: Path, logp: Variable, inputs: Sequence[Variable],
     alphas: list[tuple[int, ...]], graphs: list[Variable],
 ) -> None:
-    """Keep ``(α's, graphs)``, graphs of ``inputs``, at ``entry`` for
+    """Keep ``(α's, graphs)`` of ``f = logp``, graphs of ``inputs``, at ``entry`` for
     :func:`load_derivatives` (written whole, then renamed: a reader never sees part of an
     entry)."""
     written = None
     try:
-        entry.path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=entry.path.parent, suffix=".part",
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=entry.parent, suffix=".part",
                                          delete=False) as file:
             written = file.name
-            pickle.dump((entry.logp, entry.inputs, list(inputs), alphas, graphs), file,
+            pickle.dump((logp, list(inputs), alphas, graphs), file,
                         protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(written, entry.path)
+        os.replace(written, entry)
     except Exception as err:  # noqa: BLE001 (no cache is a slower build, not an error)
-        _log.debug("derivative cache entry %s not written: %s", entry.path, err)
+        _log.debug("derivative cache entry %s not written: %s", entry, err)
         if written is not None:
             Path(written).unlink(missing_ok=True)
