@@ -134,6 +134,48 @@ class _FailingPass:
         return chunk.size
 
 
+@pytest.mark.parametrize(("chunk_rows", "readers"), [(SETUP_CHUNK_ROWS // 4, 2),
+                                                     (SETUP_CHUNK_ROWS // 3, 1)])
+def test_a_zarr_pass_reads_its_blocks_on_as_many_threads_each_chunk_once(
+        data, tmp_path, monkeypatch, chunk_rows, readers):
+    """From Zarr, two threads read the blocks ahead on two reader threads where the store's
+    chunks tile the blocks (decoding costs as much as the arithmetic), on one where a chunk
+    holds rows of two blocks (kept from one block's read for the next); every chunk is read
+    once, and the sums are one thread's to the last bit."""
+    zarr = pytest.importorskip("zarr")
+    from pymc_subsample.model.row_sources import ZarrSource
+
+    X, y, _ = data
+    stores = []
+    for name, values in (("X", X), ("y", y)):
+        store = zarr.open_array(tmp_path / f"{name}.zarr", mode="w", shape=values.shape,
+                                dtype=values.dtype, chunks=(chunk_rows, *values.shape[1:]))
+        store[:] = values
+        stores.append(store)
+    lik = SubsampledLikelihood(glm_model(*stores, "logistic", tall=True))
+    data_pass = GLMPass(lik)
+    reads, readers_seen = [], set()
+    read_chunks = ZarrSource._read_chunks
+
+    def counted(self, first, stop):
+        readers_seen.add(threading.current_thread().name)
+        reads.extend((self.n_rows, self.shape[1:], k) for k in range(first, stop))
+        return read_chunks(self, first, stop)
+
+    monkeypatch.setattr(ZarrSource, "_read_chunks", counted)
+    theta = np.array([0.2, -0.4, 0.1])
+    sums = {}
+    for threads in (1, 2):
+        _on(monkeypatch, threads)
+        reads.clear(), readers_seen.clear()
+        sums[threads] = data_pass.full(theta)
+        assert len(reads) == len(set(reads)) == 2 * -(-N // chunk_rows)  # X's and y's
+        assert all(n.startswith("pms-read") for n in readers_seen)
+        assert len(readers_seen) == (readers if threads == 2 else 1), readers_seen
+    assert sums[1].loglik == sums[2].loglik
+    np.testing.assert_array_equal(sums[1].hess, sums[2].hess)
+
+
 def test_an_error_in_a_block_is_raised_from_the_pass(data, monkeypatch):
     _on(monkeypatch, 2)
     lik = SubsampledLikelihood(_model(data, "memory"))

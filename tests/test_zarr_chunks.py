@@ -63,8 +63,9 @@ def test_missing_chunks_and_other_layouts_are_zarrs_own(tmp_path):
 
 
 def test_dask_from_zarr_is_read_from_its_store_without_a_scheduler(tmp_path, monkeypatch):
-    """``da.from_zarr`` of a store, as it is: its rows read from the Zarr array, no Dask
-    computation; other chunks, an expression on it, or a scheduler set: Dask computes."""
+    """``da.from_zarr`` of a store, with its own chunks or others: its rows read from the
+    Zarr array, no Dask computation; an expression on it, chunks split along the columns, or
+    a scheduler set: Dask computes."""
     da = pytest.importorskip("dask.array")
     import dask
 
@@ -76,7 +77,10 @@ def test_dask_from_zarr_is_read_from_its_store_without_a_scheduler(tmp_path, mon
     idx = np.array([5, 999, 17, 5])
     path = str(tmp_path / "a.zarr")
     for value, through_dask in ((da.from_zarr(path), False),
-                                (da.from_zarr(path, chunks=(200, 3)), True),
+                                (da.from_zarr(path, chunks=(200, 3)), False),
+                                (da.from_zarr(path, chunks=(250, -1)), False),
+                                (da.from_zarr(path, chunks=250), False),
+                                (da.from_zarr(path, chunks=(250, 2)), True),
                                 (da.from_zarr(path) * 1.0, True)):
         computed.clear()
         source = as_row_source(value)

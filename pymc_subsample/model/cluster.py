@@ -260,8 +260,12 @@ def _on_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarr
     """``(idx, data_pass.block(idx, *args))`` over ``chunks`` in order, the blocks computed on
     ``threads`` threads, each with a pass of its own (``data_pass`` or a copy); when the
     chunks are ``consecutive`` blocks of rows, the rows of sources that cost a read
-    (:attr:`~pymc_subsample.model.row_sources.RowSource.read_ahead`) read in order on one more
-    thread, ahead of the blocks that need them.
+    (:attr:`~pymc_subsample.model.row_sources.RowSource.read_ahead`) read in block order on
+    as many more threads, ahead of the blocks that need them (on one when a stored chunk
+    holds rows of two blocks:
+    :meth:`~pymc_subsample.model.row_sources.RowSource.reads_blocks_apart`): decoding a
+    block's Zarr chunks costs about as much CPU as its arithmetic, and one reader left both
+    compute threads waiting for it (``docs/benchmarks.md``, "Two reader threads").
 
     What runs in parallel is what releases Python's GIL: NumPy's and BLAS's arithmetic on a
     block (the products of :meth:`~pymc_subsample.model.glm_pass.GLMPass.block`, the row
@@ -275,8 +279,9 @@ def _on_threads(lik, data_pass: DataPass, args: tuple, chunks: Iterable[np.ndarr
                if source.read_ahead and consecutive]
     free = _thread_copies(data_pass, threads)
     compute = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="pms-pass")
-    reader = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="pms-read")
-              if sources else None)
+    apart = all(source.reads_blocks_apart(SETUP_CHUNK_ROWS) for _, source in sources)
+    reader = (ThreadPoolExecutor(max_workers=threads if apart else 1,
+                                 thread_name_prefix="pms-read") if sources else None)
     pending: deque = deque()
 
     def submit(idx: np.ndarray) -> None:

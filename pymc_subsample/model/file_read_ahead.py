@@ -1,6 +1,6 @@
 """Ask the kernel to read a memory-mapped ``.npy`` file ahead of a full-data pass.
 
-A pass copies each block of rows out of the mapped file on its reader thread
+A pass copies each block of rows out of the mapped file on a reader thread
 (:meth:`pymc_subsample.model.row_sources.ArraySource.read_block`). Pages not in the page cache
 are then read by page faults, a few at a time: 2.1 GB of a 10⁸ × 10 file came off the disk
 at 0.42–0.55 GB/s that way, and at 0.94–1.02 GB/s (the disk's rate with large direct reads,

@@ -163,14 +163,19 @@ class RowSource:
 
     @property
     def read_ahead(self) -> bool:
-        """Whether a full-data pass should read this source's next block on a second thread
-        (:func:`pymc_subsample.model.cluster.map_row_blocks`): reading it costs time (disk,
-        decompression, a Dask computation)."""
+        """Whether a full-data pass should read this source's next blocks ahead, on threads
+        of their own (:func:`pymc_subsample.model.cluster.map_row_blocks`): reading it costs
+        time (disk, decompression, a Dask computation)."""
         return not self.in_memory
 
     def read_block(self, idx: np.ndarray) -> np.ndarray:
         """The consecutive rows ``idx`` of a full-data pass, read now (not a lazy view)."""
         return self.take(idx)
+
+    def reads_blocks_apart(self, block_rows: int) -> bool:
+        """Whether a pass's blocks of ``block_rows`` rows can be read on several threads at
+        once and still read each stored chunk once: no chunk holds rows of two blocks."""
+        return True
 
     def __getstate__(self) -> dict:
         # the cache stays in this process (PyMC pickles the step for each worker)
@@ -321,6 +326,11 @@ class ChunkedSource(RowSource):
     @property
     def chunk_rows(self) -> int:
         return int(np.diff(self._bounds).max())
+
+    def reads_blocks_apart(self, block_rows: int) -> bool:
+        # a chunk across a block boundary is kept from one block's read for the next
+        # (_slice): read at once on two threads, it would be read twice
+        return bool(np.isin(np.arange(block_rows, self.n_rows, block_rows), self._bounds).all())
 
     def _chunk_of(self, rows):
         """The chunks holding rows ``rows`` (an int or a sorted array)."""
@@ -473,11 +483,12 @@ class DaskSource(ChunkedSource):
         """The Zarr array this Dask array reads as it is, as a :class:`ZarrSource`, while no
         scheduler is set (no ``dask.distributed`` client): else None.
 
-        ``dask.array.from_zarr(z)`` (its own chunks, nothing computed on it) is read from
-        ``z`` directly: Dask's threaded scheduler cost about 1 ms of CPU a chunk, most of a
-        pass over 4,096-row chunks (``docs/benchmarks.md``). The array is recognised by its
-        name, a deterministic token of ``z`` and the chunks (``from_zarr``'s own), so any
-        other graph over the same store is computed by Dask.
+        ``dask.array.from_zarr(z)`` or ``from_zarr(z, chunks=...)`` (nothing computed on it)
+        is read from ``z`` directly, in ``z``'s own chunks: Dask's threaded scheduler cost
+        about 1 ms of CPU a chunk, most of a pass over 4,096-row chunks, and Dask chunks of
+        65,536 rows read each through Zarr's event loop (``docs/benchmarks.md``). The array
+        is recognised by its name, a deterministic token of ``z`` and the chunks as written
+        (:func:`_zarr_of`), so any other graph over the same store is computed by Dask.
         """
         import dask
 
@@ -490,9 +501,19 @@ class DaskSource(ChunkedSource):
         """The :class:`ZarrSource` of the Zarr array this is ``from_zarr`` of, else None."""
         return _zarr_of(self.array)
 
+    @property
+    def chunk_rows(self) -> int:
+        behind = self._zarr_behind()
+        return behind.chunk_rows if behind is not None else super().chunk_rows
+
+    def reads_blocks_apart(self, block_rows: int) -> bool:
+        behind = self._zarr_behind()
+        return (behind.reads_blocks_apart(block_rows) if behind is not None
+                else super().reads_blocks_apart(block_rows))
+
     def _slice(self, start: int, stop: int) -> np.ndarray:
-        if self._zarr_behind() is not None:
-            return super()._slice(start, stop)
+        if (behind := self._zarr_behind()) is not None:  # in the Zarr array's chunks
+            return behind._slice(start, stop)
         bounds = self._bounds
         first, last = int(self._chunk_of(start)), int(self._chunk_of(stop - 1))
         kept = self._kept
@@ -502,8 +523,6 @@ class DaskSource(ChunkedSource):
         return super()._slice(start, stop)
 
     def _read_chunks(self, first: int, stop: int) -> np.ndarray:
-        if (behind := self._zarr_behind()) is not None:  # the same chunks
-            return behind._read_chunks(first, stop)
         parts = [np.asarray(p) for p in self._compute(slice(first, stop))]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -540,8 +559,14 @@ class DaskSource(ChunkedSource):
 
 
 def _zarr_of(array) -> ZarrSource | None:
-    """The Zarr array ``array`` is ``dask.array.from_zarr`` of, with its default chunks and
-    nothing computed on it, as a :class:`ZarrSource`; else None."""
+    """The Zarr array ``array`` is ``dask.array.from_zarr`` of, nothing computed on it, as a
+    :class:`ZarrSource`; else None.
+
+    ``from_zarr`` names the array by a token of ``z`` and of its ``chunks`` argument as
+    written, so the array is recognised when its name is that of ``z`` with its own chunks or
+    with its row chunks written in one of the usual ways (``(rows, -1)``, ``(rows, columns)``,
+    ``rows``, the chunks in full); an array not recognised is computed by Dask, as any other
+    graph."""
     import dask.array as da
 
     try:
@@ -551,7 +576,11 @@ def _zarr_of(array) -> ZarrSource | None:
     # from_zarr keeps the Zarr array as the one value of a layer of its own
     held = [value for layer in array.__dask_graph__().layers.values() if len(layer) == 1
             for value in layer.values() if isinstance(value, zarr.Array)]
-    if len(held) != 1 or da.from_zarr(held[0]).name != array.name:
+    if len(held) != 1:
+        return None
+    rows, rest = array.chunks[0][0], array.shape[1:]
+    written = (None, (rows, *(-1,) * len(rest)), (rows, *rest), rows, array.chunks)
+    if not any(da.from_zarr(held[0], chunks=chunks).name == array.name for chunks in written):
         return None
     return ZarrSource(held[0])
 

@@ -11,7 +11,7 @@ that read synchronously (``zarr.abc.store.SupportsGetSync``, local and in-memory
 codecs that decode synchronously (``zarr.abc.codec.SupportsSyncCodec``), for this hot path
 (zarr-python PRs 3721 and 3725): :class:`SyncChunkReader` applies an array's own codec chain
 with them, each chunk read once; the decompressors release the GIL, so a full-data pass's
-read-ahead thread overlaps its arithmetic. Arrays it cannot read so (Zarr 2, sharded or
+reader threads overlap its arithmetic. Arrays it cannot read so (Zarr 2, sharded or
 remote stores, chunks split across columns, a codec without a synchronous decode) are read by
 Zarr's slicing, as before.
 """
