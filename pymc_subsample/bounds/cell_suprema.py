@@ -31,6 +31,7 @@ from pymc_subsample.bounds.interval import (
     evaluate_intervals,
     magnitude,
     piece_boxes,
+    piece_counts,
     undecided_comparisons,
 )
 
@@ -389,8 +390,7 @@ class CellSuprema(Locked):
         values = {v: [] for v in self._data}
         layout = []
         for centres, halves, data, pieces in groups:
-            n_parts = (pieces ** len(self._predictors) if isinstance(pieces, int)
-                       else math.prod(pieces))
+            n_parts = math.prod(piece_counts(pieces, len(self._predictors)))
             n = np.shape(centres[0])[0]
             for p, (lo, hi) in zip(self._predictors, piece_boxes(centres, halves, pieces),
                                    strict=True):

@@ -63,7 +63,7 @@ from pymc_subsample.bounds.interval_rules import (
 )
 
 __all__ = ["Interval", "NoIntervalRule", "check_rules", "evaluate_intervals", "magnitude",
-           "piece_boxes", "undecided_comparisons"]
+           "piece_boxes", "piece_counts", "undecided_comparisons"]
 
 #: the widening of a piece's ends (:func:`piece_boxes`): a few ulps of ``|c| + 2w`` (each end
 #: is a few roundings)
@@ -313,6 +313,12 @@ def check_rules(outputs: Sequence[Variable], inputs: Sequence[Variable]) -> None
             raise NoIntervalRule(type(op).__name__)
 
 
+def piece_counts(pieces: int | Sequence[int], axes: int) -> tuple[int, ...]:
+    """Parts per axis of :func:`piece_boxes`: ``pieces`` along each of ``axes`` axes, or
+    ``pieces[j]`` along axis ``j``."""
+    return (pieces,) * axes if isinstance(pieces, int | np.integer) else tuple(pieces)
+
+
 def piece_boxes(centres: Sequence[np.ndarray], halves: Sequence[np.ndarray],
                 pieces: int | Sequence[int]) -> list[Interval]:
     """The boxes ``[c_j − w_j, c_j + w_j]`` (arrays of ``n`` boxes, one centre and half-width
@@ -322,8 +328,7 @@ def piece_boxes(centres: Sequence[np.ndarray], halves: Sequence[np.ndarray],
 
     Each end is widened outward past its few roundings, relative to ``|c| + 2w`` rather than
     to the end itself (which may cancel to about 0): the parts' union covers the box."""
-    counts = ((pieces,) * len(centres) if isinstance(pieces, int | np.integer)
-              else tuple(pieces))
+    counts = piece_counts(pieces, len(centres))
     parts = list(np.ndindex(*counts))
     out = []
     for j, (c, w) in enumerate(zip(centres, halves, strict=True)):
