@@ -36,7 +36,7 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import graph_inputs
 from pytensor.printing import debugprint
 
-__all__ = ["derivatives_entry", "load_derivatives", "store_derivatives"]
+__all__ = ["derivatives_entry", "load_derivatives", "store_derivatives", "write_entry"]
 
 _log = logging.getLogger("pymc_subsample")
 
@@ -103,16 +103,23 @@ def store_derivatives(
     """Keep ``(α's, graphs)`` of ``f = logp``, graphs of ``inputs``, at ``entry`` for
     :func:`load_derivatives` (written whole, then renamed: a reader never sees part of an
     entry)."""
+    write_entry(entry, lambda file: pickle.dump((logp, list(inputs), alphas, graphs), file,
+                                                protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def write_entry(entry: Path, write) -> None:
+    """``write(file)`` into a new file, renamed ``entry`` once whole (a reader never sees part
+    of an entry); any error leaves no entry, only a debug message (no cache is a slower
+    build, not an error)."""
     written = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=entry.parent, suffix=".part",
                                          delete=False) as file:
             written = file.name
-            pickle.dump((logp, list(inputs), alphas, graphs), file,
-                        protocol=pickle.HIGHEST_PROTOCOL)
+            write(file)
         os.replace(written, entry)
     except Exception as err:  # noqa: BLE001 (no cache is a slower build, not an error)
-        _log.debug("derivative cache entry %s not written: %s", entry, err)
+        _log.debug("cache entry %s not written: %s", entry, err)
         if written is not None:
             Path(written).unlink(missing_ok=True)

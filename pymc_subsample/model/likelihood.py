@@ -42,6 +42,7 @@ from pytensor.tensor.extra_ops import broadcast_shape
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.cluster import SETUP_CHUNK_ROWS, GatheringFunction, map_row_blocks
+from pymc_subsample.model.function_cache import compile_cached
 from pymc_subsample.model.numpy_pass_ops import matrix_vector, take_rows
 from pymc_subsample.model.rebuild import ObservedBlock, rebuild_on_index
 from pymc_subsample.model.row_checks import (
@@ -205,6 +206,9 @@ class SubsampledLikelihood:
         #: over float32 θ, which the compiled functions must convert rather than trust)
         self.float64 = all(v.dtype == "float64" for v in self.value_vars)
         self._trust_input = self.float64
+        #: hashes of the graphs' large constants, made once for this likelihood's functions
+        #: (the function cache's check, :func:`compile_cached`)
+        self._constant_digests: dict = {}
         check_free_variables(model)
         self.initial_point = model.initial_point()
         # the arrays the setup saw: pm.set_data replaces them (see check_data_unchanged)
@@ -303,6 +307,8 @@ class SubsampledLikelihood:
         kwargs = dict(self.compile_kwargs)
         numpy_mode = "mode" not in kwargs and (
             once or gil_free or (setup and self.n_rows <= NUMPY_PASS_ROWS))
+        # the package's own modes, named for the function cache (a user's: not cached)
+        mode = None if kwargs else "numpy" if numpy_mode else "ufunc" if ufuncs else "c"
         if numpy_mode:
             kwargs["mode"] = _NUMPY_MODE
         elif ufuncs and "mode" not in kwargs:
@@ -315,10 +321,14 @@ class SubsampledLikelihood:
         graphs = list(outputs) if isinstance(outputs, list | tuple) else [outputs]
         below = set(ancestors(graphs)) if self.gathered else set()
         gathered = [(rows, source) for rows, source in self.gathered.values() if rows in below]
-        fn = pm_compile(
-            [*inputs, *(rows for rows, _ in gathered)], outputs, on_unused_input="ignore",
-            **kwargs,
-        )
+        inputs_all = [*inputs, *(rows for rows, _ in gathered)]
+
+        def build():
+            return pm_compile(inputs_all, outputs, on_unused_input="ignore", **kwargs)
+
+        fn = (build() if mode is None
+              else compile_cached(inputs_all, outputs, mode, get_mode(kwargs["mode"]), build,
+                                  self._constant_digests))
         if (((numpy_mode and (many_rows or not once)) or (ufuncs and not numpy_mode))
                 and not _runs_as_ufuncs(fn)):
             return self.compile(inputs, outputs)

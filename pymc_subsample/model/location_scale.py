@@ -12,11 +12,13 @@ log density and its derivatives in the predictors, which the location–scale pa
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
 import pytensor.tensor as pt
 from pytensor.graph.basic import Variable
+from pytensor.graph.replace import graph_replace
 
 from pymc_subsample.bounds import LocationScaleFamily, location_scale_families, upper_pairs
 from pymc_subsample.errors import SubsamplingModelError
@@ -164,6 +166,12 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
     return found
 
 
+#: Per term, ``f`` and its derivatives in stand-in predictors of the types last asked for,
+#: built once: the data pass and the control variates ask for them at other predictors, and
+#: an automatic family builds them by autodiff (an ordinal logit's, 0.5–0.9 s each time).
+_ROW_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def location_scale_terms(
     term: LocationScaleTerm, *predictors: Variable
 ) -> tuple[Variable, tuple[Variable, ...], tuple[Variable, ...]]:
@@ -174,8 +182,16 @@ def location_scale_terms(
     its row log-density), each broadcast to the rows.
     """
     ps = tuple(pt.cast(p, "float64") for p in predictors)
-    f, grad, hess = term.family.row_terms(ps, pt.cast(term.y, "float64"), tuple(term.params))
-    f, *rest = (pt.cast(pt.broadcast_to(v, ps[0].shape), "float64") for v in (f, *grad, *hess))
+    types = tuple(p.type for p in ps)
+    built = _ROW_TERMS.get(term)
+    if built is None or built[0] != types:
+        stand_ins = tuple(t() for t in types)
+        f, grad, hess = term.family.row_terms(stand_ins, pt.cast(term.y, "float64"),
+                                              tuple(term.params))
+        built = _ROW_TERMS[term] = (types, stand_ins, [f, *grad, *hess])
+    _, stand_ins, graphs = built
+    graphs = graph_replace(graphs, dict(zip(stand_ins, ps, strict=True)), strict=False)
+    f, *rest = (pt.cast(pt.broadcast_to(v, ps[0].shape), "float64") for v in graphs)
     return f, tuple(rest[: len(ps)]), tuple(rest[len(ps) :])
 
 
