@@ -168,7 +168,8 @@ def detect_location_scale_terms(lik: SubsampledLikelihood) -> list[LocationScale
 
 #: Per term, ``f`` and its derivatives in stand-in predictors of the types last asked for,
 #: built once: the data pass and the control variates ask for them at other predictors, and
-#: an automatic family builds them by autodiff (an ordinal logit's, 0.5–0.9 s each time).
+#: an automatic family builds them by autodiff (an ordinal logit's second build took 0.45
+#: CPU s at 20,000 rows, its first 0.17).
 _ROW_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
