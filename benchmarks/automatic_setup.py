@@ -43,7 +43,8 @@ def main() -> None:
         return out
 
     AutomaticFamily.all_suprema = timed
-    commit = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
+    # "-dirty" when the checkout has changes the commit does not hold
+    commit = subprocess.run(["git", "-C", repo, "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip()
     print(f"repo {repo} ({commit})", flush=True)
     print("| N | family | bound | setup (s) | its CPU (s) | passes | passes (s) | compiling (s) "
