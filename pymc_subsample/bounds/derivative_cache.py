@@ -36,20 +36,23 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import graph_inputs
 from pytensor.printing import debugprint
 
-__all__ = ["derivatives_entry", "load_derivatives", "store_derivatives", "write_entry"]
+__all__ = ["derivatives_entry", "load_derivatives", "source_fingerprint", "store_derivatives",
+           "write_entry"]
 
 _log = logging.getLogger("pymc_subsample")
 
 
 @functools.cache
-def _source_fingerprint() -> str:
-    """A hash of the source files of :mod:`pymc_subsample.bounds`: the derivatives' entries
-    of one version of them (an edit, even one that leaves the graphs as they were, builds
-    them anew)."""
+def source_fingerprint(*folders: str) -> str:
+    """A hash of the source files of these subpackages of :mod:`pymc_subsample`: a cache's
+    entries of one version of them (an edit, even one that leaves the graphs as they were,
+    builds them anew)."""
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+    package = Path(__file__).parent.parent
+    for folder in folders:
+        for path in sorted((package / folder).glob("*.py")):
+            digest.update(f"{folder}/{path.name}".encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
@@ -58,7 +61,7 @@ def derivatives_entry(logp: Variable, inputs: Sequence[Variable], order: int,
     """The entry of ``f = logp`` of ``inputs`` and the derivatives' ``order`` and ``how``
     (how they are built)."""
     text = "\n".join([
-        _source_fingerprint(), pytensor.__version__, how, str(order),
+        source_fingerprint("bounds"), pytensor.__version__, how, str(order),
         repr([str(v.type) for v in inputs]),
         debugprint(logp, file="str", id_type="int", print_type=True),
     ])

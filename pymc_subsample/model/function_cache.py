@@ -29,7 +29,6 @@ stored; an entry that cannot be read is compiled anew.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import logging
@@ -50,7 +49,7 @@ from pytensor.graph.traversal import graph_inputs
 from pytensor.printing import debugprint
 from pytensor.tensor.random.type import RandomType
 
-from pymc_subsample.bounds.derivative_cache import write_entry
+from pymc_subsample.bounds.derivative_cache import source_fingerprint, write_entry
 
 __all__ = ["MAX_ENTRY_BYTES", "REFERENCED_BYTES", "compile_cached"]
 
@@ -64,19 +63,6 @@ MAX_ENTRY_BYTES = 64 * 2**20
 #: costs more than the rewrites save (800 MB of a 10⁷ × 10 regression's rows: 0.5 s of
 #: SHA-256 a function, against a pass compiled in 0.06 s)
 MAX_HASHED_BYTES = 256 * 2**20
-
-
-@functools.cache
-def _source_fingerprint() -> str:
-    """A hash of the source of :mod:`pymc_subsample.model` and :mod:`pymc_subsample.bounds`:
-    the package's rewrites and ops, and how it builds its graphs."""
-    digest = hashlib.sha256()
-    package = Path(__file__).parent.parent
-    for folder in ("model", "bounds"):
-        for path in sorted((package / folder).glob("*.py")):
-            digest.update(f"{folder}/{path.name}".encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def _directory() -> Path:
@@ -110,7 +96,8 @@ def _digest(constant: Constant, memo: dict) -> str:
 def _entry(inputs: Sequence[Variable], outputs: Sequence[Variable], mode: str) -> Path:
     config = pytensor.config
     text = "\n".join([
-        _source_fingerprint(), pytensor.__version__, pymc.__version__, mode,
+        # the package's rewrites and ops, and how it builds its graphs
+        source_fingerprint("model", "bounds"), pytensor.__version__, pymc.__version__, mode,
         repr((config.floatX, config.optimizer_excluding, config.optimizer_including,
               config.optimizer_requiring, config.cxx)),
         repr([str(v.type) for v in inputs]),

@@ -20,7 +20,7 @@ import numpy as np
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.model.file_read_ahead import FileReadAhead
-from pymc_subsample.model.zarr_chunks import SyncChunkReader
+from pymc_subsample.model.zarr_chunks import SyncChunkReader, zarr_array_of
 
 __all__ = ["ArraySource", "ChunkedSource", "DaskSource", "RowSource", "ZarrSource",
            "as_row_source"]
@@ -483,12 +483,12 @@ class DaskSource(ChunkedSource):
         """The Zarr array this Dask array reads as it is, as a :class:`ZarrSource`, while no
         scheduler is set (no ``dask.distributed`` client): else None.
 
-        ``dask.array.from_zarr(z)`` or ``from_zarr(z, chunks=...)`` (nothing computed on it)
-        is read from ``z`` directly, in ``z``'s own chunks: Dask's threaded scheduler cost
-        about 1 ms of CPU a chunk, most of a pass over 4,096-row chunks, and Dask chunks of
-        65,536 rows read each through Zarr's event loop (``docs/benchmarks.md``). The array
-        is recognised by its name, a deterministic token of ``z`` and the chunks as written
-        (:func:`_zarr_of`), so any other graph over the same store is computed by Dask.
+        ``dask.array.from_zarr(z)`` or ``from_zarr(z, chunks=...)`` (nothing computed on it,
+        :func:`~pymc_subsample.model.zarr_chunks.zarr_array_of`) is read from ``z``
+        directly, in ``z``'s own chunks: Dask's threaded scheduler cost about 1 ms of CPU a
+        chunk, most of a pass over 4,096-row chunks, and Dask chunks of 65,536 rows read
+        each through Zarr's event loop (``docs/benchmarks.md``); any other graph over the
+        same store is computed by Dask.
         """
         import dask
 
@@ -499,7 +499,8 @@ class DaskSource(ChunkedSource):
     @cached_property
     def _behind(self) -> ZarrSource | None:
         """The :class:`ZarrSource` of the Zarr array this is ``from_zarr`` of, else None."""
-        return _zarr_of(self.array)
+        array = zarr_array_of(self.array)
+        return ZarrSource(array) if array is not None else None
 
     @property
     def chunk_rows(self) -> int:
@@ -556,33 +557,6 @@ class DaskSource(ChunkedSource):
 
     def user_value(self):
         return self.array
-
-
-def _zarr_of(array) -> ZarrSource | None:
-    """The Zarr array ``array`` is ``dask.array.from_zarr`` of, nothing computed on it, as a
-    :class:`ZarrSource`; else None.
-
-    ``from_zarr`` names the array by a token of ``z`` and of its ``chunks`` argument as
-    written, so the array is recognised when its name is that of ``z`` with its own chunks or
-    with its row chunks written in one of the usual ways (``(rows, -1)``, ``(rows, columns)``,
-    ``rows``, the chunks in full); an array not recognised is computed by Dask, as any other
-    graph."""
-    import dask.array as da
-
-    try:
-        import zarr
-    except ImportError:
-        return None
-    # from_zarr keeps the Zarr array as the one value of a layer of its own
-    held = [value for layer in array.__dask_graph__().layers.values() if len(layer) == 1
-            for value in layer.values() if isinstance(value, zarr.Array)]
-    if len(held) != 1:
-        return None
-    rows, rest = array.chunks[0][0], array.shape[1:]
-    written = (None, (rows, *(-1,) * len(rest)), (rows, *rest), rows, array.chunks)
-    if not any(da.from_zarr(held[0], chunks=chunks).name == array.name for chunks in written):
-        return None
-    return ZarrSource(held[0])
 
 
 def as_row_source(value) -> RowSource:

@@ -13,7 +13,8 @@ codecs that decode synchronously (``zarr.abc.codec.SupportsSyncCodec``), for thi
 with them, each chunk read once; the decompressors release the GIL, so a full-data pass's
 reader threads overlap its arithmetic. Arrays it cannot read so (Zarr 2, sharded or
 remote stores, chunks split across columns, a codec without a synchronous decode) are read by
-Zarr's slicing, as before.
+Zarr's slicing, as before. :func:`zarr_array_of` finds the Zarr array behind a Dask array
+that is ``dask.array.from_zarr`` of it, so that its rows are read so too.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SyncChunkReader"]
+__all__ = ["SyncChunkReader", "zarr_array_of"]
 
 
 class SyncChunkReader:
@@ -118,3 +119,30 @@ def _synchronous(store_path: Any) -> Any:
             and isinstance(store.fs.sync_fs, LocalFileSystem)):
         return StorePath(LocalStore(store.path, read_only=True), store_path.path)
     return store_path
+
+
+def zarr_array_of(array: Any) -> Any:
+    """The Zarr array the Dask array ``array`` is ``dask.array.from_zarr`` of, nothing
+    computed on it; else None.
+
+    ``from_zarr`` names the array by a token of ``z`` and of its ``chunks`` argument as
+    written, so the array is recognised when its name is that of ``z`` with its own chunks or
+    with its row chunks written in one of the usual ways (``(rows, -1)``, ``(rows, columns)``,
+    ``rows``, the chunks in full); an array not recognised is computed by Dask, as any other
+    graph."""
+    import dask.array as da
+
+    try:
+        import zarr
+    except ImportError:
+        return None
+    # from_zarr keeps the Zarr array as the one value of a layer of its own
+    held = [value for layer in array.__dask_graph__().layers.values() if len(layer) == 1
+            for value in layer.values() if isinstance(value, zarr.Array)]
+    if len(held) != 1:
+        return None
+    rows, rest = array.chunks[0][0], array.shape[1:]
+    written = (None, (rows, *(-1,) * len(rest)), (rows, *rest), rows, array.chunks)
+    if not any(da.from_zarr(held[0], chunks=chunks).name == array.name for chunks in written):
+        return None
+    return held[0]
