@@ -89,7 +89,7 @@ def min_ess(idata) -> tuple[float, str]:
 
 def run_mhss(model, draws: int, tune: int, seed: int, proposal: str,
              level_moves: bool | None = None, level_fraction: float = 1.0,
-             level_cv_order: int = 2) -> dict:
+             level_cv_order: int | None = None) -> dict:
     t0 = time.perf_counter()
     with model:
         step = pms.MHSS(proposal=proposal, level_moves=level_moves,
@@ -139,8 +139,9 @@ def main(argv=None):
                         help="MHSS's level moves: auto (its default) or off (one joint move)")
     parser.add_argument("--level-fraction", type=float, default=1.0,
                         help="MHSS's level_fraction: the share of levels moved an iteration")
-    parser.add_argument("--level-cv-order", type=int, choices=(2, 3), default=2,
-                        help="MHSS's level_cv_order (3: the level moves' own cubic terms)")
+    parser.add_argument("--level-cv-order", type=int, choices=(2, 3), default=None,
+                        help="MHSS's level_cv_order (3: the level moves' own cubic terms; "
+                             "default MHSS's, 3 where it applies)")
     parser.add_argument("--nuts", action="store_true", help="NumPyro's NUTS side by side")
     parser.add_argument("--nuts-draws", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)

@@ -221,14 +221,9 @@ def test_level_cv_order_refusals(cubic_model):
             pms.MHSS(cv_order=1, level_cv_order=3)
         with pytest.raises(ValueError, match="level moves"):
             pms.MHSS(level_moves=False, level_cv_order=3)
-        with pytest.raises(ValueError, match="must be 2 or 3"):
+        with pytest.raises(ValueError, match="must be None, 2 or 3"):
             pms.MHSS(level_cv_order=4)
-    X, group, y = random_effects_data(3000, 2, 70, seed=4)
-    with pm.Model():
-        b = pm.Normal("b", 0.0, 1.0, shape=2)
-        s = pm.HalfNormal("s", 1.0)
-        u = pm.Normal("u", 0.0, s, shape=70)
-        pm.Bernoulli("obs", p=pm.math.invprobit(X @ b + u[group]), observed=y)
+    with _probit_model():
         with pytest.raises(ValueError, match="'obs' is bernoulli_probit"):
             pms.MHSS(level_cv_order=3)
     X, group, y = random_effects_data(2000, 2, 20, seed=4)
@@ -238,17 +233,48 @@ def test_level_cv_order_refusals(cubic_model):
             pms.MHSS(level_cv_order=3)
 
 
-def test_level_cv_order_refuses_crossed_factors():
-    """Rows on two crossed factors: the third-order terms are one factor's."""
+def test_level_cv_order_by_default_is_three_where_it_applies(cubic_model):
+    """``level_cv_order=None`` (the default): the third-order terms on logistic rows of one
+    factor, order 2 without a refusal elsewhere (probit rows, a second crossed factor)."""
+    with cubic_model:
+        step = pms.MHSS()
+    assert step.level_cv_order == 3 and step.level_moves.cubic is not None
+    with _probit_model():
+        step = pms.MHSS()
+    assert step.level_cv_order == 2 and step.level_moves.cubic is None
+    with _crossed_model():
+        step = pms.MHSS()
+    assert step.level_cv_order == 2 and step.level_moves.cubic is None
+    assert step.second_moves is not None
+
+
+def _probit_model() -> pm.Model:
+    """Probit rows on one factor of 70 levels."""
+    X, group, y = random_effects_data(3000, 2, 70, seed=4)
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=2)
+        u = pm.Normal("u", 0.0, pm.HalfNormal("s", 1.0), shape=70)
+        pm.Bernoulli("obs", p=pm.math.invprobit(X @ b + u[group]), observed=y)
+    return model
+
+
+def _crossed_model() -> pm.Model:
+    """Logistic rows on two crossed factors, 100 × 20 levels."""
     rng = np.random.default_rng(1)
     X = np.column_stack([np.ones(20_000), rng.normal(size=(20_000, 2))])
     group, group2 = rng.integers(0, 100, 20_000), rng.integers(0, 20, 20_000)
     y = rng.binomial(1, expit(0.3 * X[:, 1] + 0.5 * rng.normal(size=100)[group]))
-    with pm.Model():
+    with pm.Model() as model:
         b = pm.Normal("b", 0.0, 10.0, shape=3)
         u = pm.Normal("u", 0.0, pm.HalfNormal("s", 1.0), shape=100)
         v = pm.Normal("v", 0.0, pm.HalfNormal("s2", 1.0), shape=20)
         pm.Bernoulli("y", logit_p=X @ b + u[group] + v[group2], observed=y)
+    return model
+
+
+def test_level_cv_order_refuses_crossed_factors():
+    """Rows on two crossed factors: the third-order terms are one factor's."""
+    with _crossed_model():
         with pytest.raises(ValueError, match="'y' has a quadratic predictor or a second, "
                                              "crossed factor. Use level_cv_order=2"):
             pms.MHSS(level_cv_order=3)

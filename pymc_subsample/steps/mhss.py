@@ -98,12 +98,14 @@ class MHSS(SubsamplingStep):
         With level moves: the probability with which each level is moved in an iteration
         (independently; 1, the default: every level). Fewer rows an iteration, less mixing of
         the levels.
-    level_cv_order : {2, 3}
+    level_cv_order : {None, 2, 3}
         With level moves (and ``cv_order=2``), the Taylor order of the control variates of
         the moves that read rows (the levels', the fixed block's and the scale's): 3 adds the
-        rows' third-order terms from per-level sums (one more pass over the data at setup;
-        logistic rows of one factor only; ``docs/methods/mhss.md``, "Third-order terms for
-        the level moves").
+        rows' third-order terms from per-level sums (a pass over the data at setup, in place
+        of the one for the fixed block's proposal; logistic rows of one factor only;
+        ``docs/methods/mhss.md``, "Third-order terms for the level moves"). ``None``
+        (default): 3 wherever it applies, else 2; the order used is
+        :attr:`level_cv_order` after construction.
     **kwargs
         ``temperature``, ``proposal`` (default ``"pcn"``), ``map_point``, ``proposal_cov``,
         ``scaling`` (the proposal's parameter: ``ρ``, default 0.5, for pCN), ``target_accept``
@@ -156,7 +158,7 @@ class MHSS(SubsamplingStep):
 
     def __init__(self, vars=None, *, cv_order: int = 2, bound: UserBound | None = None,
                  level_moves: bool | None = None, level_fraction: float = 1.0,
-                 level_cv_order: int = 2, **kwargs):
+                 level_cv_order: int | None = None, **kwargs):
         if cv_order is None:
             raise ValueError(
                 "MHSS needs control variates: cv_order must be 1 or 2 (got None). Use "
@@ -165,12 +167,15 @@ class MHSS(SubsamplingStep):
         if not 0.0 < level_fraction <= 1.0:
             raise ValueError(f"level_fraction must be in (0, 1] (the probability that a level "
                              f"is moved in an iteration); got {level_fraction!r}")
-        if isinstance(level_cv_order, bool) or level_cv_order not in (2, 3):
-            raise ValueError(f"level_cv_order must be 2 or 3; got {level_cv_order!r}")
+        if level_cv_order is not None and (isinstance(level_cv_order, bool)
+                                           or level_cv_order not in (2, 3)):
+            raise ValueError(f"level_cv_order must be None, 2 or 3; got {level_cv_order!r}")
         if level_cv_order == 3 and (cv_order != 2 or bound is not None or level_moves is False):
             raise ValueError("level_cv_order=3 extends the level moves' order-2 control "
                              "variates: it needs cv_order=2, no UserBound and level moves "
                              "(level_moves None or True)")
+        #: the level moves' control-variate order: as asked, ``None`` (3 where it applies)
+        #: until the level moves are built, then the one they use
         self.level_cv_order = level_cv_order
         self.bound = bound
         #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
@@ -232,6 +237,8 @@ class MHSS(SubsamplingStep):
             check_user_bound(consts, remainder=self.control_variate.remainder,
                              unwhiten=self.frame.unwhiten, remainder_scale=self._remainder_scale,
                              dim=lik.dim)
+        if self.level_cv_order is None:  # no level moves
+            self.level_cv_order = 2
         self.sampler = (WeightedIndexSampler(consts) if self.rate_bound is None
                         else self.rate_bound.sampler)
         #: ``c_i`` as the sampler holds them (float32 rounded up): the thinning reads the same
@@ -257,11 +264,13 @@ class MHSS(SubsamplingStep):
         frame = self.frame.with_last(hyper)
         self.frame = self.setup.frame = frame
         self.laplace_centre = self.setup.laplace_centre = frame.whiten(self.reference.mode)
-        self.level_moves = LevelMoves(
-            frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
-            self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
-            self.region_radius, fraction=fraction, hyper=hyper,
-            cubic=self._level_cubic(frame) if self.level_cv_order == 3 else None)
+        def moves(cubic: LevelCubic | None) -> LevelMoves:
+            return LevelMoves(
+                frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
+                self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
+                self.region_radius, fraction=fraction, hyper=hyper, cubic=cubic)
+
+        self.level_moves = moves(None if self.level_cv_order == 2 else self._level_cubic(frame))
         crossed = crossed_levels(self, frame, hyper)
         if isinstance(crossed, str):
             _log.debug("no second factor: %s", crossed)
@@ -269,7 +278,10 @@ class MHSS(SubsamplingStep):
             raise ValueError("level_cv_order=3, but the model has a second, crossed grouping "
                              "factor: the third-order level terms are for one factor. Use "
                              "level_cv_order=2.")
-        else:
+        if self.level_moves.cubic is not None and not isinstance(crossed, str):
+            self.level_moves = moves(None)  # (level_cv_order=None) one factor's terms only
+        self.level_cv_order = 2 if self.level_moves.cubic is None else 3
+        if not isinstance(crossed, str):
             # both factors' levels bounded in their own coordinates (a row on two levels)
             self.level_moves.use_bound(crossed.bound, crossed.coords.point)
             self.second_moves = crossed.moves
@@ -307,11 +319,15 @@ class MHSS(SubsamplingStep):
         self.proposal = self.setup.proposal = proposal
         self._tuner.min_accept = proposal.min_accept  # the tuner was made for the joint one
 
-    def _level_cubic(self, frame) -> LevelCubic:
-        """The level moves' third-order terms (one more pass over the data), or refuse."""
+    def _level_cubic(self, frame) -> LevelCubic | None:
+        """The level moves' third-order terms (one more pass over the data); where they do not
+        apply, refuse ``level_cv_order=3`` or, for ``None``, none."""
         cubic = level_cubic(self._reference_pass, frame)
         if isinstance(cubic, str):
-            raise ValueError(f"level_cv_order=3, but {cubic}. Use level_cv_order=2.")
+            if self.level_cv_order == 3:
+                raise ValueError(f"level_cv_order=3, but {cubic}. Use level_cv_order=2.")
+            _log.debug("level moves of order 2: %s", cubic)
+            return None
         self.setup_profile["full_data_passes"] += 1
         return cubic
 
