@@ -261,8 +261,13 @@ class CellSuprema(Locked):
 
     @staticmethod
     def _cells_chunk(alphas, n_alpha, grid, table, span, home_ids, home, centres, widths, rows):
-        """:meth:`_from_cells` on one chunk of rows."""
-        fields = grid.fields
+        """:meth:`_from_cells` on one chunk of rows.
+
+        Where the natural enclosure over a row's span is below the smallest normal float
+        (``∂^α f = 0`` there, enclosed with its outward rounding: an ordinal row's derivatives
+        in a cutpoint it does not read, a hurdle count's positive rows' mixed ones in ψ and
+        μ), it is the row's ``S_α``: the centred form, which could only be smaller by less
+        than that, is computed on the other rows alone, the same on them."""
         eps = np.finfo(float).eps
         # each row's centre less its home cell's (0 along a shared predictor)
         offset, late = [], np.zeros(rows.size, dtype=bool)
@@ -277,66 +282,28 @@ class CellSuprema(Locked):
             late |= (np.abs(t) * (1.0 + 4.0 * eps)
                      > 0.5 * step * (1.0 + 2.0**-40) + np.abs(c) * 2.0**-48)
             offset.append(t)
-        # per varying predictor, once for all α: the offset's sign and size
-        ahead = [None if t is None else t >= 0.0 for t in offset]
-        size_of = [None if t is None else np.abs(t) for t in offset]
-        dims = span.shape[0]
-
-        def on_span(field: int) -> np.ndarray:
-            values = table[field]
-            out = values[span[0]]
-            for m in range(1, dims):
-                np.maximum(out, values[span[m]], out=out)
-            return out
-
-        n_beta = len(alphas) - n_alpha
-        index = {beta: m for m, beta in enumerate(alphas[n_alpha:])}
-        slopes = {}
-
-        def slope(beta):
-            """The home cell's enclosure of ``∂^β f`` and its magnitude (only the β a varying
-            predictor's centred form reads, each once)."""
-            if beta not in slopes:
-                m = index[beta]
-                g_lo = table[fields.slope + m][home_ids]
-                g_hi = table[fields.slope + n_beta + m][home_ids]
-                slopes[beta] = g_lo, g_hi, np.maximum(np.abs(g_lo), np.abs(g_hi))
-            return slopes[beta]
-
-        spread = {beta: on_span(fields.gradient + m) for beta, m in index.items()}
-        w_rows = [w[rows] for w in widths]
+        everyone = _ChunkRows(grid, table, span, home_ids, offset,
+                              [w[rows] for w in widths], alphas, n_alpha)
+        selections = {}
         best, box, lower = {}, {}, {}
         for k, alpha in enumerate(alphas[:n_alpha]):
-            natural = on_span(fields.natural + k)
-            lo = table[fields.point + k][home_ids]
-            hi = table[fields.point + n_alpha + k][home_ids]
-            size = np.maximum(np.abs(lo), np.abs(hi))
-            change = None
-            with np.errstate(invalid="ignore", over="ignore"):
-                for j, w in enumerate(w_rows):
-                    beta = tuple(a + (i == j) for i, a in enumerate(alpha))
-                    term = w * spread[beta]
-                    change = term if change is None else np.add(change, term, out=change)
-                    if offset[j] is None:
-                        continue
-                    # ∂^α f(p̂) ∈ ∂^α f(c) + (p̂_j − c_j) ∂_j∂^α f(home cell) (centred form)
-                    t = offset[j]
-                    g_lo, g_hi, g_size = slope(beta)
-                    np.add(lo, t * np.where(ahead[j], g_lo, g_hi), out=lo)
-                    np.add(hi, t * np.where(ahead[j], g_hi, g_lo), out=hi)
-                    np.add(size, size_of[j] * g_size, out=size)
-                # outward past the rounding of these few sums and products
-                slack = 8.0 * eps * size + 2.0**-1070
-                np.subtract(lo, slack, out=lo)
-                np.add(hi, slack, out=hi)
-                lo_size, hi_size = np.abs(lo), np.abs(hi)
-                # rounded up: a sum of bounds is a bound in exact arithmetic
-                bound = (np.maximum(lo_size, hi_size) + change) * (1.0 + 8.0 * eps)
-                best[alpha] = np.minimum(natural, np.nextafter(bound, np.inf))
-                # the least the row's refined bound may be
-                least = np.where((lo > 0.0) | (hi < 0.0), np.minimum(lo_size, hi_size), 0.0)
-                box[alpha] = change
-                lower[alpha] = least + change
+            natural = everyone.on_span(grid.fields.natural + k)
+            vanishes = natural < np.finfo(float).tiny
+            if not vanishes.any():
+                best[alpha], box[alpha], lower[alpha] = everyone.centred(k, alpha, natural)
+            else:
+                # rows alike in which α's vanish (a class of an ordinal) share a selection
+                picked = np.flatnonzero(~vanishes)
+                key = picked.tobytes()
+                if key not in selections:
+                    selections[key] = everyone.subset(picked)
+                best[alpha] = natural
+                box[alpha], lower[alpha] = np.zeros(rows.size), np.zeros(rows.size)
+                if picked.size:
+                    for out, part in zip((best, box, lower),
+                                         selections[key].centred(k, alpha, natural[picked]),
+                                         strict=True):
+                        out[alpha][picked] = part
             late |= ~np.isfinite(best[alpha])
         return best, box, lower, late
 
@@ -464,11 +431,14 @@ class CellSuprema(Locked):
         ``v_i = Π_j w_ij^{α_j}`` its factor in its constant."""
         n_rows = np.shape(skip)[0]
         shares = []
+        powers: dict[tuple[int, int], np.ndarray] = {}  # each w_j^a once
         for alpha, upper in best.items():
             weight = np.ones(n_rows)
-            for a, w in zip(alpha, widths, strict=True):
+            for j, (a, w) in enumerate(zip(alpha, widths, strict=True)):
                 if a:
-                    weight = weight * w**a
+                    if (j, a) not in powers:
+                        powers[j, a] = w**a
+                    weight = weight * powers[j, a]
             with np.errstate(invalid="ignore"):
                 weight = np.where(skip, 0.0, weight)
                 total = float(np.sum(np.where(skip, 0.0, weight * upper)))
@@ -512,3 +482,83 @@ def _joined(parts: list) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     pairs = [x if isinstance(x, tuple) else (x, x) for x in parts]
     return (np.concatenate([np.asarray(lo, dtype=np.float64) for lo, _ in pairs]),
             np.concatenate([np.asarray(hi, dtype=np.float64) for _, hi in pairs]))
+
+
+class _ChunkRows:
+    """A chunk's rows (or some of them) bounded from their cells: their span, home cell,
+    offset from its centre and box half-widths (:meth:`CellSuprema._cells_chunk`)."""
+
+    def __init__(self, grid, table, span, home_ids, offset, widths, alphas, n_alpha) -> None:
+        self.grid, self.table, self.span, self.home_ids = grid, table, span, home_ids
+        self.offset, self.widths = offset, widths
+        # per varying predictor, once for all α: the offset's sign and size
+        self.ahead = [None if t is None else t >= 0.0 for t in offset]
+        self.size_of = [None if t is None else np.abs(t) for t in offset]
+        self.alphas, self.n_alpha = alphas, n_alpha
+        self.index = {beta: m for m, beta in enumerate(alphas[n_alpha:])}
+        self._spread: dict = {}
+        self._slopes: dict = {}
+
+    def subset(self, picked: np.ndarray) -> _ChunkRows:
+        """The rows ``picked`` of these."""
+        return _ChunkRows(self.grid, self.table, self.span[:, picked], self.home_ids[picked],
+                          [None if t is None else t[picked] for t in self.offset],
+                          [w[picked] for w in self.widths], self.alphas, self.n_alpha)
+
+    def on_span(self, field: int) -> np.ndarray:
+        """The largest of a table row over each row's span."""
+        values = self.table[field]
+        out = values[self.span[0]]
+        for m in range(1, self.span.shape[0]):
+            np.maximum(out, values[self.span[m]], out=out)
+        return out
+
+    def spread(self, beta) -> np.ndarray:
+        """``sup |∂^β f|`` over each row's span (each β once)."""
+        if beta not in self._spread:
+            self._spread[beta] = self.on_span(self.grid.fields.gradient + self.index[beta])
+        return self._spread[beta]
+
+    def slope(self, beta):
+        """The home cell's enclosure of ``∂^β f`` and its magnitude (only the β a varying
+        predictor's centred form reads, each once)."""
+        if beta not in self._slopes:
+            m, n_beta = self.index[beta], len(self.index)
+            g_lo = self.table[self.grid.fields.slope + m][self.home_ids]
+            g_hi = self.table[self.grid.fields.slope + n_beta + m][self.home_ids]
+            self._slopes[beta] = g_lo, g_hi, np.maximum(np.abs(g_lo), np.abs(g_hi))
+        return self._slopes[beta]
+
+    def centred(self, k: int, alpha, natural: np.ndarray):
+        """``S_α`` (the smaller of ``natural`` and the centred form,
+        :meth:`CellSuprema.suprema`), the change over each row's box, and the least each
+        refined bound can be."""
+        fields, eps = self.grid.fields, np.finfo(float).eps
+        lo = self.table[fields.point + k][self.home_ids]
+        hi = self.table[fields.point + self.n_alpha + k][self.home_ids]
+        size = np.maximum(np.abs(lo), np.abs(hi))
+        change = None
+        with np.errstate(invalid="ignore", over="ignore"):
+            for j, w in enumerate(self.widths):
+                beta = tuple(a + (i == j) for i, a in enumerate(alpha))
+                term = w * self.spread(beta)
+                change = term if change is None else np.add(change, term, out=change)
+                if self.offset[j] is None:
+                    continue
+                # ∂^α f(p̂) ∈ ∂^α f(c) + (p̂_j − c_j) ∂_j∂^α f(home cell) (centred form)
+                t = self.offset[j]
+                g_lo, g_hi, g_size = self.slope(beta)
+                np.add(lo, t * np.where(self.ahead[j], g_lo, g_hi), out=lo)
+                np.add(hi, t * np.where(self.ahead[j], g_hi, g_lo), out=hi)
+                np.add(size, self.size_of[j] * g_size, out=size)
+            # outward past the rounding of these few sums and products
+            slack = 8.0 * eps * size + 2.0**-1070
+            np.subtract(lo, slack, out=lo)
+            np.add(hi, slack, out=hi)
+            lo_size, hi_size = np.abs(lo), np.abs(hi)
+            # rounded up: a sum of bounds is a bound in exact arithmetic
+            bound = (np.maximum(lo_size, hi_size) + change) * (1.0 + 8.0 * eps)
+            best = np.minimum(natural, np.nextafter(bound, np.inf))
+            # the least the row's refined bound may be
+            least = np.where((lo > 0.0) | (hi < 0.0), np.minimum(lo_size, hi_size), 0.0)
+        return best, change, least + change

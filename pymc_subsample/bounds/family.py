@@ -488,13 +488,18 @@ def combine_multi_partials(
     check_order(order)
     k = order + 1
     norms = tuple(np.asarray(s, dtype=np.float64) for s in norms)
+    # each s_j^a once (an ordinal model's 20 α's in four predictors took the powers anew)
+    powers: dict[tuple[int, int], np.ndarray] = {}
     total = 0.0
     for alpha in multi_indices(len(norms), k):
         coeff = math.factorial(k)
         term = suprema[alpha]
-        for a, s in zip(alpha, norms, strict=True):
+        for j, (a, s) in enumerate(zip(alpha, norms, strict=True)):
             coeff //= math.factorial(a)
-            term = term * s**a
+            if a:  # s^0 = 1 exactly
+                if (j, a) not in powers:
+                    powers[j, a] = s**a
+                term = term * powers[j, a]
         total = total + coeff * term
     return total
 

@@ -159,9 +159,10 @@ class LocationScalePass(GLMPass):
         if len(self.terms) != 1 or len(rows) == 1:
             return plain
         temperature = self.lik.temperature
-        weights = shared_scale_rows(order, {k: v / temperature for k, v in sup.items()},
-                                    norms[0])
+        if temperature != 1.0:  # (at 1 the division changes nothing: not a copy of each S_α)
+            sup, plain = {k: v / temperature for k, v in sup.items()}, plain / temperature
+        weights = shared_scale_rows(order, sup, norms[0])
         shared_rows = np.array([x[0] for x in whitened[1:]])
-        return (weights, round_up_float32(plain / temperature),
+        return (weights, round_up_float32(plain),
                 (shared_rows[0] if len(rows) == 2 else shared_rows) if shared else None)
 
