@@ -235,10 +235,13 @@ def test_level_cv_order_refusals(cubic_model):
 
 def test_level_cv_order_by_default_is_three_where_it_applies(cubic_model):
     """``level_cv_order=None`` (the default): the third-order terms on logistic rows of one
-    factor, order 2 without a refusal elsewhere (probit rows, a second crossed factor)."""
+    factor, order 2 without a refusal elsewhere (``cv_order=1``, probit rows, a second
+    crossed factor)."""
     with cubic_model:
         step = pms.MHSS()
-    assert step.level_cv_order == 3 and step.level_moves.cubic is not None
+        assert step.level_cv_order == 3 and step.level_moves.cubic is not None
+        step = pms.MHSS(cv_order=1)  # the terms extend order-2 control variates
+        assert step.level_cv_order == 2 and step.level_moves.cubic is None
     with _probit_model():
         step = pms.MHSS()
     assert step.level_cv_order == 2 and step.level_moves.cubic is None

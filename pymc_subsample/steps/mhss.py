@@ -264,13 +264,16 @@ class MHSS(SubsamplingStep):
         frame = self.frame.with_last(hyper)
         self.frame = self.setup.frame = frame
         self.laplace_centre = self.setup.laplace_centre = frame.whiten(self.reference.mode)
+
         def moves(cubic: LevelCubic | None) -> LevelMoves:
             return LevelMoves(
                 frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
                 self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
                 self.region_radius, fraction=fraction, hyper=hyper, cubic=cubic)
 
-        self.level_moves = moves(None if self.level_cv_order == 2 else self._level_cubic(frame))
+        # the third-order terms extend order-2 control variates (asked for 3, checked above)
+        cubic = self.level_cv_order == 3 or (self.level_cv_order is None and self.cv_order == 2)
+        self.level_moves = moves(self._level_cubic(frame) if cubic else None)
         crossed = crossed_levels(self, frame, hyper)
         if isinstance(crossed, str):
             _log.debug("no second factor: %s", crossed)
