@@ -174,9 +174,8 @@ class MHSS(SubsamplingStep):
             raise ValueError("level_cv_order=3 extends the level moves' order-2 control "
                              "variates: it needs cv_order=2, no UserBound and level moves "
                              "(level_moves None or True)")
-        #: the level moves' control-variate order: as asked, ``None`` (3 where it applies)
-        #: until the level moves are built, then the one they use
-        self.level_cv_order = level_cv_order
+        # as asked (None: 3 where it applies); the one used is level_cv_order
+        self._asked_level_cv_order = level_cv_order
         self.bound = bound
         #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
         self.region_radius = math.inf
@@ -237,8 +236,6 @@ class MHSS(SubsamplingStep):
             check_user_bound(consts, remainder=self.control_variate.remainder,
                              unwhiten=self.frame.unwhiten, remainder_scale=self._remainder_scale,
                              dim=lik.dim)
-        if self.level_cv_order is None:  # no level moves
-            self.level_cv_order = 2
         self.sampler = (WeightedIndexSampler(consts) if self.rate_bound is None
                         else self.rate_bound.sampler)
         #: ``c_i`` as the sampler holds them (float32 rounded up): the thinning reads the same
@@ -252,7 +249,7 @@ class MHSS(SubsamplingStep):
         proposal moving the other fixed coordinates only (``φ_L`` and those held)."""
         found = level_structure(self, rows)
         if isinstance(found, str):
-            if required and self.level_cv_order == 3:
+            if required and self._asked_level_cv_order == 3:
                 raise ValueError(f"level_cv_order=3 needs level moves, but {found}. Use "
                                  "level_cv_order=2.")
             if required:
@@ -272,18 +269,18 @@ class MHSS(SubsamplingStep):
                 self.region_radius, fraction=fraction, hyper=hyper, cubic=cubic)
 
         # the third-order terms extend order-2 control variates (asked for 3, checked above)
-        cubic = self.level_cv_order == 3 or (self.level_cv_order is None and self.cv_order == 2)
+        asked = self._asked_level_cv_order
+        cubic = asked == 3 or (asked is None and self.cv_order == 2)
         self.level_moves = moves(self._level_cubic(frame) if cubic else None)
         crossed = crossed_levels(self, frame, hyper)
         if isinstance(crossed, str):
             _log.debug("no second factor: %s", crossed)
-        elif self.level_cv_order == 3:
+        elif asked == 3:
             raise ValueError("level_cv_order=3, but the model has a second, crossed grouping "
                              "factor: the third-order level terms are for one factor. Use "
                              "level_cv_order=2.")
         if self.level_moves.cubic is not None and not isinstance(crossed, str):
             self.level_moves = moves(None)  # (level_cv_order=None) one factor's terms only
-        self.level_cv_order = 2 if self.level_moves.cubic is None else 3
         if not isinstance(crossed, str):
             # both factors' levels bounded in their own coordinates (a row on two levels)
             self.level_moves.use_bound(crossed.bound, crossed.coords.point)
@@ -322,12 +319,18 @@ class MHSS(SubsamplingStep):
         self.proposal = self.setup.proposal = proposal
         self._tuner.min_accept = proposal.min_accept  # the tuner was made for the joint one
 
+    @property
+    def level_cv_order(self) -> int:
+        """The level moves' control-variate order: 3 where they have the rows' third-order
+        terms, else 2 (also without level moves)."""
+        return 2 if self.level_moves is None or self.level_moves.cubic is None else 3
+
     def _level_cubic(self, frame) -> LevelCubic | None:
         """The level moves' third-order terms (one more pass over the data); where they do not
         apply, refuse ``level_cv_order=3`` or, for ``None``, none."""
         cubic = level_cubic(self._reference_pass, frame)
         if isinstance(cubic, str):
-            if self.level_cv_order == 3:
+            if self._asked_level_cv_order == 3:
                 raise ValueError(f"level_cv_order=3, but {cubic}. Use level_cv_order=2.")
             _log.debug("level moves of order 2: %s", cubic)
             return None
