@@ -12,23 +12,25 @@ Builds MHSS on the centred logistic random-intercept model of ``benchmarks/many_
 For each pair it computes on all ``N`` rows, with the logistic formulas (NumPy, no sampling):
 
 - ``Λ``: the level bound's expected rows, as the step computes them (``expected``; with
-  ``--level-cv-order 3`` the order-3 bound's);
+  ``--level-cv-order 3`` or ``4`` the bound of that order);
 - ``Σ|ξ|``: the order-2 remainders' absolute sum. Any rates ``B_i ≥ |ξ_i|`` expect at least
   this many rows, so it is the floor of **every** exact bound with order-2 control variates;
 - the same floors with third-order control variates: the level's own cubic only
   (``Σ_{i∈k} f‴_i t_i³``), with the level's cross term (``V_k``: the two sums the step already
   keeps), with all cubic terms, and with all quartic terms too (order 4);
 - per-row bounds with each row's exact ``|a_i|, |a'_i|`` (order 2: ``L₂|h|(a²+|aa'|+a'²)/6``,
-  order 3: ``L₃|h|(|a|+|a'|)(a²+a'²)/24``, ``L₂ = √3/18``, ``L₃ = 1/8``): what the level bound
-  would read if its Cauchy–Schwarz on the fixed block were exact;
-- (one factor only) the level bound's own form at order 3, and at order 2 with ``‖φ_D‖`` put
-  at 0 (not a bound: the share of ``Λ`` due to the fixed block's displacement), and with
-  ``L₂`` the supremum of ``|f‴|`` over each level's rows' boxes ``η̂_i ± max(A_i, A'_i)``.
+  order 3: ``L₃|h|(|a|+|a'|)(a²+a'²)/24``, order 4: ``L₄|h|Σ_j|a|^j|a'|^{4−j}/120``,
+  ``L₂ = √3/18``, ``L₃ = 1/8``, ``L₄ = 0.1277``): what the level bound would read if its
+  Cauchy–Schwarz on the fixed block were exact;
+- (one factor only) the level bound's own form at orders 3 and 4, and at orders 2 and 4 with
+  ``‖φ_D‖`` put at 0 (not a bound: the share of ``Λ`` due to the fixed block's displacement),
+  and with ``L₂`` the supremum of ``|f‴|`` over each level's rows' boxes
+  ``η̂_i ± max(A_i, A'_i)``.
 
     python benchmarks/level_rows_split.py --case 1e6:10000 --tune 300 --draws 100 --every 10
     python benchmarks/level_rows_split.py --case 1e5:1000 --tune 300 --draws 100 --every 10
     python benchmarks/level_rows_split.py --case 1e6:1000:100 --tune 300 --draws 100
-    python benchmarks/level_rows_split.py --case 1e6:10000 --level-cv-order 3
+    python benchmarks/level_rows_split.py --case 1e6:10000 --level-cv-order 3   # or 4
 
 The chain is the step's (seed 1); the measurement wraps the step's level sweep and fixed-block
 proposal on the instance (draws of its own generator for the level pairs, so the chain is not
@@ -60,6 +62,8 @@ warnings.filterwarnings("ignore")
 
 #: sup |f‴| and sup |f⁗| of the logistic log-likelihood (at |η| = 1.317 and η = 0)
 L2, L3 = math.sqrt(3.0) / 18.0, 1.0 / 8.0
+#: L₄ ≥ sup |f^(5)| (pymc_subsample.model.level_quartic.LOGIT_FIFTH_SUP)
+L4 = 0.1277
 #: where |f‴| of the logistic peaks: log(2 + √3)
 F3_PEAK = math.log(2.0 + math.sqrt(3.0))
 
@@ -73,6 +77,11 @@ def abs_f3_sup(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
     inside = ((lo <= F3_PEAK) & (hi >= F3_PEAK)) | ((lo <= -F3_PEAK) & (hi >= -F3_PEAK))
     return np.where(inside, L2, np.maximum(value(lo), value(hi)))
+
+
+def _power_sum(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
+    """``Σ_{j=0}^{k} a^j b^{k−j}``."""
+    return sum(a**j * b ** (k - j) for j in range(k + 1))
 
 
 class Split:
@@ -129,6 +138,7 @@ class Split:
         aa, aa2, hh = np.abs(a), np.abs(a2), np.abs(h)
         out["exact_a2"] = (L2 / 6.0 * hh * (aa**2 + aa * aa2 + aa2**2)).sum()
         out["exact_a3"] = (L3 / 24.0 * hh * (aa + aa2) * (aa**2 + aa2**2)).sum()
+        out["exact_a4"] = (L4 / 120.0 * hh * _power_sum(aa, aa2, 4)).sum()
         if isinstance(self.bound, LevelBound):
             out.update(self._level_form(phi, phi_new, level_move))
         elif isinstance(self.bound, CrossedBound):
@@ -175,6 +185,8 @@ class Split:
                "form2_phiD0": (L2 / 6.0 * H0 * (A0**2 + A0 * A20 + A20**2)).sum(),
                "form2_level_sup": (level_sup[grp] / 6.0 * H * (A**2 + A * A2 + A2**2)).sum(),
                "form3": (L3 / 24.0 * H * (A + A2) * (A**2 + A2**2)).sum(),
+               "form4": (L4 / 120.0 * H * _power_sum(A, A2, 4)).sum(),
+               "form4_phiD0": (L4 / 120.0 * H0 * _power_sum(A0, A20, 4)).sum(),
                "mean_phiD": dense}
         if level_move:
             per_level = np.bincount(grp, weights=form2, minlength=g)
@@ -190,8 +202,9 @@ def main(argv=None):
     parser.add_argument("--draws", type=int, default=100)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--level-cv-order", type=int, default=2, choices=(2, 3),
-                        help="MHSS's level_cv_order (3: the level moves' own cubic terms)")
+    parser.add_argument("--level-cv-order", type=int, default=2, choices=(2, 3, 4),
+                        help="MHSS's level_cv_order (3, 4: the level moves' own third- and "
+                             "fourth-order terms)")
     args = parser.parse_args(argv)
     n, g, *g2 = (int(float(v)) for v in args.case.split(":"))
     if g2:

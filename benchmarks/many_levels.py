@@ -139,9 +139,9 @@ def main(argv=None):
                         help="MHSS's level moves: auto (its default) or off (one joint move)")
     parser.add_argument("--level-fraction", type=float, default=1.0,
                         help="MHSS's level_fraction: the share of levels moved an iteration")
-    parser.add_argument("--level-cv-order", type=int, choices=(2, 3), default=None,
-                        help="MHSS's level_cv_order (3: the level moves' own cubic terms; "
-                             "default MHSS's, 3 where it applies)")
+    parser.add_argument("--level-cv-order", type=int, choices=(2, 3, 4), default=None,
+                        help="MHSS's level_cv_order (3, 4: the level moves' own third- and "
+                             "fourth-order terms; default MHSS's, 4 where it applies)")
     parser.add_argument("--nuts", action="store_true", help="NumPyro's NUTS side by side")
     parser.add_argument("--nuts-draws", type=int, default=500)
     parser.add_argument("--seed", type=int, default=1)
@@ -150,7 +150,7 @@ def main(argv=None):
     print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"PyMC {pm.__version__}, MHSS proposal={args.proposal}, "
           f"level moves {args.level_moves} (fraction {args.level_fraction}, "
-          f"level_cv_order {args.level_cv_order}), "
+          f"level_cv_order {args.level_cv_order or 'default'}), "
           f"d_F = {args.dim + 1} (with log s), seed {args.seed}, "
           f"load average {os.getloadavg()[0]:.1f}\n")
     header = ("| N | G | setup s | passes | peak GB | rows/iter (levels') | accept (levels, s) "

@@ -183,3 +183,34 @@ def test_level_bound_holds_for_the_models_own_remainders(random_intercepts):
         xi = step.control_variate.remainder(frame.unwhiten(phi), frame.unwhiten(phi_new), rows)
         b = step.rate_bound.rates(phi, phi_new).row_rates(rows)
         assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-12), k
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4])
+def test_level_rate_polynomial_is_the_product_of_its_factors(order):
+    """``P_k(ρ)`` of each category against ``H(ρ) Σ_j A(ρ)^j A'(ρ)^{k−j}`` from the linear
+    factors of the module docstring (``u = ‖·_D‖/w_D``, ``v = |·_k|/w_K``), at random ``ρ``,
+    and the envelope against its factors' largest values."""
+    from pymc_subsample.bounds.levels import LEVEL_WEIGHT, SHARE_MARGIN
+
+    rng = np.random.default_rng(order)
+    xt, _, _, _ = _rows(rng, 1, "bernoulli_logit")
+    g, dim = N_LEVELS, xt.shape[1]
+    sup = np.full(N_ROWS, 0.25)
+    bound = LevelBound(LevelRows(*level_rows(order, sup, xt, g), n_levels=g, order=order), dim)
+    phi, phi_new = rng.standard_normal(dim), rng.standard_normal(dim)
+    coefficients, envelope = bound.coefficients(phi, phi_new)
+    rho = rng.uniform(size=7)
+    points = (phi, phi_new, phi_new - phi)
+    u = [np.linalg.norm(vec[g:]) / bound.dense_weight for vec in points]
+    v = [np.abs(vec[:g]) / LEVEL_WEIGHT for vec in points]
+    for k in range(g):
+        ends = [max(ui, vi[k]) for ui, vi in zip(u, v, strict=True)]
+        a, b, h = ((vi[k] + SHARE_MARGIN * top + (ui - vi[k]) * rho)
+                   for ui, vi, top in zip(u, v, ends, strict=True))
+        expected = h * sum(a**j * b ** (order - j) for j in range(order + 1))
+        got = np.polynomial.polynomial.polyval(rho, coefficients[k])
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+        top = [e * (1 + 2 * SHARE_MARGIN) for e in ends]
+        assert envelope[k] == pytest.approx(
+            top[2] * sum(top[0] ** j * top[1] ** (order - j) for j in range(order + 1)),
+            rel=1e-12)

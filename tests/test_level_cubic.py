@@ -1,12 +1,14 @@
-"""Third-order control variates for the level moves (``pymc_subsample.model.level_cubic``;
-docs/methods/mhss.md "Third-order terms for the level moves").
+"""Third- and fourth-order control variates for the level moves
+(``pymc_subsample.model.level_cubic``, ``pymc_subsample.model.level_quartic``;
+docs/methods/mhss.md "Fourth-order terms for the level moves").
 
 The per-level sums ``T_k``, ``V_k``, ``W_k`` against the logistic formula's
-``Σ_{i∈k} f‴(η̂_i)(t³, t²x_F, t x_F x_Fᵀ)``; stage 1's cubic terms against the rows' own
-(their sum over each level's rows: the identity that keeps the decision exact); the order-3
-level bound against every row's remainder computed from the logistic formula on random pairs,
-both orders of the pair, on synthetic whitened rows and on the model's own rows; the refusals;
-and the posterior of the moves with the cubic terms against the stored NUTS reference.
+``Σ_{i∈k} f‴(η̂_i)(t³, t²x_F, t x_F x_Fᵀ)``, and the quartic's against ``f⁗``'s; stage 1's
+terms against the rows' own (their sum over each level's rows: the identity that keeps the
+decision exact); the order-3 and order-4 level bounds against every row's remainder computed
+from the logistic formula on random pairs, both orders of the pair, on synthetic whitened rows
+and on the model's own rows; the refusals; and the posterior of the moves with the terms
+against the stored NUTS reference.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.model.level_cubic import LOGIT_FOURTH_SUP
+from pymc_subsample.model.level_quartic import LOGIT_FIFTH_SUP
+from pymc_subsample.steps.mhss import QUARTIC_FROM
 from tests.family_checks import check_posterior
 from tests.make_glm_references import MANY_GROUPS
 from tests.pairs import assert_level_rates_consistent, synthetic_level_rows
@@ -34,14 +38,21 @@ def _f(eta, y):
     return y * eta - np.logaddexp(0.0, eta)
 
 
-def _remainders3(eta_hat, y, a, a_new):
-    """``ξ_i`` after the third-order Taylor terms of the logistic ``f`` at ``η̂``."""
+def _remainders(eta_hat, y, a, a_new, order):
+    """``ξ_i`` after the Taylor terms of order ``order`` (3 or 4) of the logistic ``f`` at
+    ``η̂``."""
     p = expit(eta_hat)
     f1, f2 = y - p, -p * (1 - p)
     f3 = f2 * (1 - 2 * p)
     taylor = (f1 * (a_new - a) + 0.5 * f2 * (a_new**2 - a**2)
               + f3 / 6.0 * (a_new**3 - a**3))
+    if order == 4:
+        taylor = taylor + f2 * (1 - 6 * p * (1 - p)) / 24.0 * (a_new**4 - a**4)
     return _f(eta_hat + a_new, y) - _f(eta_hat + a, y) - taylor
+
+
+#: ``L_k`` of the level bound at each order
+SUPREMUM = {3: LOGIT_FOURTH_SUP, 4: LOGIT_FIFTH_SUP}
 
 
 def test_logit_fourth_derivative_sup():
@@ -52,15 +63,25 @@ def test_logit_fourth_derivative_sup():
     assert np.max(np.abs(f4)) == pytest.approx(LOGIT_FOURTH_SUP, rel=1e-9)
 
 
-def test_order3_level_rates_bound_the_remainders_on_random_pairs():
+def test_logit_fifth_derivative_sup():
+    """``|f^{(5)}| = |σ⁗| ≤ L₄`` on a fine grid, within ``10⁻⁴`` of it."""
+    p = expit(np.linspace(-40, 40, 800_001))
+    f5 = p * (1 - p) * (1 - 2 * p) * (1 - 12 * p + 12 * p * p)
+    assert np.max(np.abs(f5)) <= LOGIT_FIFTH_SUP
+    assert np.max(np.abs(f5)) == pytest.approx(LOGIT_FIFTH_SUP, abs=1e-4)
+
+
+@pytest.mark.parametrize("order", [3, 4])
+def test_level_rates_bound_the_remainders_on_random_pairs(order):
     """Synthetic whitened rows (one level, 90 %, or none), pairs that move the levels only,
     0.05 to 5 sds: ``|ξ_i| ≤ B_i`` for every row, ``B_i`` symmetric in the pair, zero on rows
     of no level, ``Λ_k = Σ_{i∈k} B_i``, each level's envelope above its rows' rates."""
     rng = np.random.default_rng(3)
     n, g = N_ROWS, N_LEVELS
     xt, eta_hat, y = synthetic_level_rows(rng, n, g, N_DENSE)
-    sup = np.full(n, LOGIT_FOURTH_SUP)
-    bound = LevelBound(LevelRows(*level_rows(3, sup, xt, g), n_levels=g, order=3), xt.shape[1])
+    sup = np.full(n, SUPREMUM[order])
+    bound = LevelBound(LevelRows(*level_rows(order, sup, xt, g), n_levels=g, order=order),
+                       xt.shape[1])
     every, worst = np.arange(n), 0.0
     for k in range(1500):
         size = 0.05 * 100 ** (k / 1499)
@@ -71,7 +92,7 @@ def test_order3_level_rates_bound_the_remainders_on_random_pairs():
         for first, second in ((phi, phi_new), (phi_new, phi)):
             coefficients, _ = bound.coefficients(first, second)
             b = bound.sampler.weights * bound.polynomial(coefficients, every)
-            xi = _remainders3(eta_hat, y, xt @ first, xt @ second)
+            xi = _remainders(eta_hat, y, xt @ first, xt @ second, order)
             assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-13), k
             worst = max(worst, float(np.max(np.abs(xi) / np.where(b > 0, b, np.inf))))
         back, _ = bound.coefficients(phi_new, phi)
@@ -87,11 +108,12 @@ def cubic_model():
     return random_effects_model(*random_effects_data(n, d, g, seed=seed), groups=g)
 
 
-@pytest.fixture(scope="module")
-def cubic_step(cubic_model):
+@pytest.fixture(scope="module", params=[3, 4])
+def cubic_step(cubic_model, request):
     with cubic_model:
-        step = pms.MHSS(level_cv_order=3)
+        step = pms.MHSS(level_cv_order=request.param)
     assert step.level_moves is not None and step.level_moves.cubic is not None
+    assert step.level_cv_order == step.level_moves.cubic.order == request.param
     return step
 
 
@@ -172,11 +194,11 @@ def test_all_rows_cubic_is_the_rows_sum(cubic_step):
         assert cubic.total_terms(theta, theta_new) == pytest.approx(total, rel=1e-9, abs=1e-10)
 
 
-def test_order3_bound_holds_on_the_models_rows(cubic_step):
-    """The order-3 level bound at :meth:`LevelMoves.rows_phi` against every row's remainder
-    (the step's order-2 remainder minus the cubic terms) on random pairs whose scale is far
-    from ``θ̂``'s (moves of the levels, and of every coordinate), both orders of the pair; the
-    rates symmetric; the remainders those of the logistic formula."""
+def test_bound_holds_on_the_models_rows(cubic_step):
+    """The order-3 or order-4 level bound at :meth:`LevelMoves.rows_phi` against every row's
+    remainder (the step's order-2 remainder minus the higher terms) on random pairs whose scale
+    is far from ``θ̂``'s (moves of the levels, and of every coordinate), both orders of the
+    pair; the rates symmetric; the remainders those of the logistic formula."""
     step, rng = cubic_step, np.random.default_rng(7)
     moves, cubic = step.level_moves, step.level_moves.cubic
     every = np.arange(step.likelihood.n_rows)
@@ -199,7 +221,7 @@ def test_order3_bound_holds_on_the_models_rows(cubic_step):
                 first - step.theta_hat)[moves._levels][group]
             a_new = xf @ (second - step.theta_hat)[step.frame.layout.fixed] + (
                 second - step.theta_hat)[moves._levels][group]
-            np.testing.assert_allclose(xi, _remainders3(eta_hat, y, a, a_new),
+            np.testing.assert_allclose(xi, _remainders(eta_hat, y, a, a_new, cubic.order),
                                        rtol=1e-6, atol=1e-10)
     assert worst > 0.01  # the bound is not vacuous
 
@@ -221,8 +243,8 @@ def test_level_cv_order_refusals(cubic_model):
             pms.MHSS(cv_order=1, level_cv_order=3)
         with pytest.raises(ValueError, match="level moves"):
             pms.MHSS(level_moves=False, level_cv_order=3)
-        with pytest.raises(ValueError, match="must be None, 2 or 3"):
-            pms.MHSS(level_cv_order=4)
+        with pytest.raises(ValueError, match="must be None, 2, 3 or 4"):
+            pms.MHSS(level_cv_order=5)
     with _probit_model():
         with pytest.raises(ValueError, match="'obs' is bernoulli_probit"):
             pms.MHSS(level_cv_order=3)
@@ -233,15 +255,20 @@ def test_level_cv_order_refusals(cubic_model):
             pms.MHSS(level_cv_order=3)
 
 
-def test_level_cv_order_by_default_is_three_where_it_applies(cubic_model):
-    """``level_cv_order=None`` (the default): the third-order terms on logistic rows of one
-    factor, order 2 without a refusal elsewhere (``cv_order=1``, probit rows, a second
-    crossed factor)."""
-    with cubic_model:
+def test_level_cv_order_by_default_is_three_or_four_where_they_apply(cubic_model):
+    """``level_cv_order=None`` (the default): on logistic rows of one factor the third-order
+    terms, and the fourth-order ones too for many levels of few rows (``G² ≥ QUARTIC_FROM·N``);
+    order 2 without a refusal elsewhere (``cv_order=1``, probit rows, a second crossed
+    factor)."""
+    with cubic_model:  # 80 levels, 6,000 rows
         step = pms.MHSS()
         assert step.level_cv_order == 3 and step.level_moves.cubic is not None
         step = pms.MHSS(cv_order=1)  # the terms extend order-2 control variates
         assert step.level_cv_order == 2 and step.level_moves.cubic is None
+    n = 3000
+    g = math.ceil(math.sqrt(QUARTIC_FROM * n))
+    with random_effects_model(*random_effects_data(n, 2, g, seed=3), groups=g):
+        assert pms.MHSS().level_cv_order == 4
     with _probit_model():
         step = pms.MHSS()
     assert step.level_cv_order == 2 and step.level_moves.cubic is None
@@ -284,12 +311,14 @@ def test_level_cv_order_refuses_crossed_factors():
 
 
 @pytest.mark.slow
-def test_many_levels_with_cubic_level_terms_match_nuts():
-    """64 levels with the level moves' third-order terms against the stored NUTS reference on
-    12,000 rows (the data and reference of ``tests/test_many_levels.py``), every coordinate."""
+@pytest.mark.parametrize("order", [3, 4])
+def test_many_levels_with_higher_level_terms_match_nuts(order):
+    """64 levels with the level moves' third- or fourth-order terms against the stored NUTS
+    reference on 12,000 rows (the data and reference of ``tests/test_many_levels.py``), every
+    coordinate."""
     with random_effects_model(*random_effects_data(12_000, 3, MANY_GROUPS, seed=5),
                               groups=MANY_GROUPS) as model:
-        step = pms.MHSS(level_cv_order=3)
-    assert step.level_moves.cubic is not None
+        step = pms.MHSS(level_cv_order=order)
+    assert step.level_moves.cubic.order == order
     check_posterior(model, step, "random_effects_many", others=("u", "s"), max_rows=40,
                     case=(12_000, 3, 5), draws=3000)

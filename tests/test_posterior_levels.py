@@ -24,11 +24,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.long]
 ROWS = 100_000
 
 
-def test_a_thousand_levels_match_nuts():
+@pytest.mark.parametrize("level_cv_order", [None, 4])
+def test_a_thousand_levels_match_nuts(level_cv_order):
+    """The default (third-order level terms at this size) and the fourth-order terms."""
     with random_effects_model(*random_effects_data(ROWS, 3, ISSUE_27_GROUPS, seed=5),
                               groups=ISSUE_27_GROUPS) as model:
-        step = pms.MHSS()
-    assert step.level_moves is not None
+        step = pms.MHSS(level_cv_order=level_cv_order)
+    assert step.level_moves is not None and step.level_cv_order == (level_cv_order or 3)
     # the fixed block mixes at 0.03–0.09 ESS an iteration (docs/benchmarks.md, "Many
     # levels"): 2 × 6000 draws give it a few hundred
     check_posterior(model, step, "random_effects_1000", others=("u", "s"), max_rows=None,

@@ -23,6 +23,8 @@ displacements :math:`a = \eta_i - \hat\eta_i`, :math:`a'` (at :math:`\theta'`) a
 
     |\xi_i| \le \tfrac1{24} L_3 |h| (|a|^3 + a^2|a'| + |a|a'^2 + |a'|^3) \quad(k = 3),
 
+    |\xi_i| \le \tfrac1{120} L_4 |h| \textstyle\sum_{j=0}^4 |a|^j|a'|^{4-j} \quad(k = 4),
+
 (:math:`R'(t) = f'(\hat\eta + t) - T'(t)` is at most :math:`L_k|t|^k/k!`, and
 :math:`\xi = \int_a^{a'} R'`; for :math:`a, a'` of opposite signs
 :math:`|a|^{k+1} + |a'|^{k+1} \le |h|\sum_j |a|^j|a'|^{k-j}`), increasing in
@@ -35,8 +37,7 @@ displacements :math:`a = \eta_i - \hat\eta_i`, :math:`a'` (at :math:`\theta'`) a
 .. math::
 
     B_i(\theta, \theta') = \bar c_i\, P_{k_i}(\rho_i), \qquad
-    \bar c_i = \kappa_k L_k S_i^{k+1},\; \kappa_1 = \tfrac12,\; \kappa_2 = \tfrac16,\;
-    \kappa_3 = \tfrac1{24},
+    \bar c_i = \kappa_k L_k S_i^{k+1},\; \kappa_k = \tfrac1{(k+1)!},
 
 with :math:`P_k` a polynomial of degree :math:`k + 1` whose coefficients depend on the pair
 and the level :math:`k` only; it is symmetric in :math:`(\theta, \theta')`. Its total
@@ -65,14 +66,14 @@ __all__ = ["CategoryRates", "LevelBound", "LevelMoveRates", "LevelRates", "Level
            "level_rows", "split_level_rows"]
 
 #: ``κ_k`` of the scalar remainder bounds (module docstring).
-ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0, 3: 1.0 / 24.0}
+ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0, 3: 1.0 / 24.0, 4: 1.0 / 120.0}
 
 
 def check_level_order(order: int) -> None:
-    """Refuse a Taylor order the level bound has no form for (1, 2, and 3 for the level
-    moves' third-order control variates, :mod:`pymc_subsample.model.level_cubic`)."""
+    """Refuse a Taylor order the level bound has no form for (1, 2, and 3 and 4 for the level
+    moves' higher-order control variates, :mod:`pymc_subsample.model.level_cubic`)."""
     if isinstance(order, bool) or order not in ORDER_FACTOR:
-        raise ValueError(f"order must be 1, 2 or 3 (the Taylor control-variate order), "
+        raise ValueError(f"order must be 1, 2, 3 or 4 (the Taylor control-variate order), "
                          f"got {order!r}")
 
 #: Relative margin on each linear factor for the float32 rounding of the stored shares.
@@ -203,6 +204,16 @@ def _poly_product(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out
 
 
+def _power_sum(a, b, k: int, one, product):
+    """``Σ_{j=0}^{k} a^j b^{k−j}`` under ``product`` (of polynomials or of arrays), by
+    ``S_m = a^m + b S_{m−1}``: ``2k − 1`` products."""
+    power, total = a, product(b, one) + a
+    for _ in range(k - 1):
+        power = product(power, a)
+        total = product(b, total) + power
+    return total
+
+
 class LevelRates(EnvelopeRates):
     """The rates ``B_i`` of one move ``θ → θ'`` (:meth:`LevelBound.rates`)."""
 
@@ -280,17 +291,9 @@ class LevelBound:
         # H · Σ_{j=0}^{k} A^j A'^{k−j} as polynomials in ρ (rows: powers of ρ), and its
         # largest value from each factor's largest
         factor_a, factor_b, factor_h = np.stack([a0, a1]), np.stack([b0, b1]), np.stack([h0, h1])
-        total = np.zeros((self.order + 1, n_cat))
-        for j in range(self.order + 1):
-            term = np.ones((1, n_cat))
-            for _ in range(j):
-                term = _poly_product(term, factor_a)
-            for _ in range(self.order - j):
-                term = _poly_product(term, factor_b)
-            total += term
+        total = _power_sum(factor_a, factor_b, self.order, np.ones((1, n_cat)), _poly_product)
         coefficients = _poly_product(factor_h, total).T.copy()
-        envelope = top[2] * sum(top[0] ** j * top[1] ** (self.order - j)
-                                for j in range(self.order + 1))
+        envelope = top[2] * _power_sum(top[0], top[1], self.order, 1.0, np.multiply)
         return coefficients, envelope
 
     def rates(self, phi: np.ndarray, phi_new: np.ndarray) -> LevelRates:

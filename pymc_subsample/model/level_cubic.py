@@ -29,6 +29,8 @@ remainders after these terms are bounded with ``sup|f⁗|`` (the level bound at 
 
 from __future__ import annotations
 
+import typing
+
 import numpy as np
 from scipy.special import expit
 
@@ -38,7 +40,8 @@ from pymc_subsample.model.frame import LevelFrame
 from pymc_subsample.model.glm_pass import GLMPass
 from pymc_subsample.model.levels import SplitRows
 
-__all__ = ["LOGIT_FOURTH_SUP", "LevelCubic", "level_cubic"]
+__all__ = ["LOGIT_FOURTH_SUP", "CubicPass", "LevelCubic", "RecentByDelta", "level_cubic",
+           "refusal", "summed_pass"]
 
 #: ``sup |f⁗|`` of ``f(η) = yη − log(1 + e^η)``: ``f⁗ = −p(1−p)(1 − 6p + 6p²)``, largest at
 #: ``p = 1/2`` (``1/8``), ``p(1−p)|1 − 6p(1−p)| ≤ 1/8`` everywhere.
@@ -69,8 +72,11 @@ class LevelCubic:
         The level bound of the order-3 remainders (``κ₃ = 1/24``, ``L₃ = 1/8``).
     """
 
-    def __init__(self, glm_pass: GLMPass, frame: LevelFrame, t_sum: np.ndarray,
-                 v_sum: np.ndarray, w_sum: np.ndarray, e_sum: np.ndarray,
+    #: the control variates' order with these terms
+    order = 3
+
+    def __init__(self, glm_pass: GLMPass, frame: LevelFrame, reads: np.ndarray,
+                 t_sum: np.ndarray, v_sum: np.ndarray, w_sum: np.ndarray, e_sum: np.ndarray,
                  bound: LevelBound) -> None:
         self._pass, self.layout = glm_pass, frame.layout
         self._theta_hat = frame.theta_hat
@@ -79,32 +85,30 @@ class LevelCubic:
         self.e_sum = e_sum
         # the fixed coordinates the rows read (not the group scale): the products below need
         # only those, and a move of the others (the scale's) finds its coefficients cached
-        read = np.flatnonzero(np.any(v_sum != 0.0, axis=0) | np.any(w_sum != 0.0, axis=(0, 1))
-                              | np.any(e_sum != 0.0, axis=(0, 1)))
+        read = np.flatnonzero(reads > 0.0)
         self._read = self.layout.fixed[read]
         self._w_read = np.ascontiguousarray(w_sum[:, read][:, :, read])
         self._v_read = np.ascontiguousarray(v_sum[:, read])
+        self._read_pos = read
         #: the last two :meth:`level_coefficients`, by their ``δ`` on the read coordinates
-        self._recent: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+        self._recent = RecentByDelta(self._cubic_coefficients)
 
     def _fixed_delta(self, theta: np.ndarray) -> np.ndarray:
         fixed = self.layout.fixed
         return theta[fixed] - self._theta_hat[fixed]
 
+    def read_delta(self, theta: np.ndarray) -> np.ndarray:
+        """``δ`` on the fixed coordinates the rows read."""
+        return theta[self._read] - self._theta_hat[self._read]
+
     def level_coefficients(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(δ_FᵀW_kδ_F, V_kᵀδ_F)`` per level at ``θ``'s fixed coordinates (``O(G d_F²)``;
         a move asks at both ends, the next move at one of them again)."""
-        d = theta[self._read] - self._theta_hat[self._read]
-        key = d.tobytes()
-        found = self._recent.get(key)
-        if found is None:
-            g, d_r = self._v_read.shape
-            w = (self._w_read.reshape(g * d_r, d_r) @ d).reshape(g, d_r) @ d
-            found = (w, self._v_read @ d)
-            if len(self._recent) >= 2:
-                del self._recent[next(iter(self._recent))]
-            self._recent[key] = found
-        return found
+        return self._recent(self.read_delta(theta))
+
+    def _cubic_coefficients(self, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        g, d_r = self._v_read.shape
+        return (self._w_read.reshape(g * d_r, d_r) @ d).reshape(g, d_r) @ d, self._v_read @ d
 
     def level_terms(self, theta: np.ndarray, x_new: np.ndarray) -> np.ndarray:
         """``(1/6)Σ_{i∈k} f‴_i(a'_i³ − a_i³)`` of the moves ``u_k → x_new[k]`` of every level,
@@ -113,7 +117,7 @@ class LevelCubic:
         lv = slice(self.layout.start, self.layout.stop)
         d0, d1 = theta[lv] - self._theta_hat[lv], x_new - self._theta_hat[lv]
         return (3.0 * w * (d1 - d0) + 3.0 * v * (d1 * d1 - d0 * d0)
-                + self.t_sum * (d1**3 - d0**3)) / 6.0
+                + self.t_sum * (d1 * d1 * d1 - d0 * d0 * d0)) / 6.0
 
     def cubic(self, theta: np.ndarray) -> float:
         """``Σ_i f‴_i a_i³`` over all rows at ``θ`` (module docstring; ``O(G d_F²)``)."""
@@ -122,7 +126,7 @@ class LevelCubic:
         dk = theta[lv] - self._theta_hat[lv]
         w, v = self.level_coefficients(theta)
         return float(((self.e_sum @ d) @ d) @ d + 3.0 * (dk @ w)
-                     + 3.0 * ((dk * dk) @ v) + self.t_sum @ dk**3)
+                     + 3.0 * ((dk * dk) @ v) + self.t_sum @ (dk * dk * dk))
 
     def total_terms(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
         """``(1/6)Σ_i f‴_i(a'_i³ − a_i³)`` over all rows, for any move ``θ → θ'``."""
@@ -133,17 +137,20 @@ class LevelCubic:
         """One Newton step from the level's conditional Gaussian ``(mean, precision)`` on the
         cubic terms given ``θ_F`` (a function of ``θ_F`` only, so still one fixed proposal
         density per level); levels where the precision would not stay positive keep theirs."""
-        w, v = self.level_coefficients(theta)
         lv = slice(self.layout.start, self.layout.stop)
-        d = mean - self._theta_hat[lv]
-        # the cubic's first and second derivatives in δ_k at the mean
-        slope = 0.5 * w + v * d + 0.5 * self.t_sum * d * d
-        curve = v + self.t_sum * d
+        slope, curve = self.level_slope_curve(theta, mean - self._theta_hat[lv])
         new_precision = precision - curve
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             ok = (new_precision > 0.0) & np.isfinite(new_precision) & np.isfinite(slope)
             new_mean = np.where(ok, mean + slope / new_precision, mean)
         return new_mean, np.where(ok, new_precision, precision)
+
+    def level_slope_curve(self, theta: np.ndarray, d: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """The first and second derivatives in ``δ_k`` at ``δ_k = d`` of each level's terms
+        (:meth:`level_terms`' function of ``δ'_k``), ``θ_F`` at ``θ``'s."""
+        w, v = self.level_coefficients(theta)
+        return 0.5 * w + v * d + 0.5 * self.t_sum * d * d, v + self.t_sum * d
 
     def row_terms(self, theta: np.ndarray, theta_new: np.ndarray,
                   idx: np.ndarray) -> np.ndarray:
@@ -160,48 +167,68 @@ class LevelCubic:
             theta[start + x.level] - self._theta_hat[start + x.level])
         a_new = xf @ self._fixed_delta(theta_new) + x.value * (
             theta_new[start + x.level] - self._theta_hat[start + x.level])
-        return _logit_third(eta_hat) * (a_new**3 - a**3) / (6.0 * self._temperature)
+        return self._row_polynomial(eta_hat, a, a_new) / self._temperature
+
+    def _row_polynomial(self, eta_hat: np.ndarray, a: np.ndarray, a_new: np.ndarray
+                        ) -> np.ndarray:
+        """The rows' terms of order 3 and up from their ``η̂_i``, ``a_i``, ``a'_i``, untempered."""
+        return _logit_third(eta_hat) * (a_new * a_new * a_new - a * a * a) / 6.0
 
 
-def level_cubic(data_pass, frame: LevelFrame) -> LevelCubic | str:
-    """The third-order terms and their bound from one pass over all rows at ``θ̂``, or why
-    there are none (a string naming what is missing)."""
+def refusal(data_pass) -> str | None:
+    """Why the rows have no level terms of order 3 and up (``None``: they have)."""
     if not isinstance(data_pass, GLMPass) or data_pass.levels is None:
         return "the rows are not one GLM predictor split by level"
     if len(data_pass.terms) != 1:
         return "more than one observed variable"
     term = data_pass.terms[0]
     if term.family.name != "bernoulli_logit":
-        return (f"observed variable '{term.name}' is {term.family.name}: the fourth-derivative "
-                "bound is the logistic family's (bernoulli_logit) only")
+        return (f"observed variable '{term.name}' is {term.family.name}: the higher-derivative "
+                "bounds are the logistic family's (bernoulli_logit) only")
     if term.curvature is not None or term.split.second_columns is not None:
         return (f"observed variable '{term.name}' has a quadratic predictor or a second, "
                 "crossed factor")
-    lik, lay = data_pass.lik, frame.layout
-    g, d_f = lay.n_levels, lay.dim - lay.n_levels
-    t_sum, v_sum = np.zeros(g), np.zeros((g, d_f))
-    w_sum, e_sum = np.zeros((g, d_f, d_f)), np.zeros((d_f, d_f, d_f))
-    rows = LevelRows.empty(lik.n_rows, g, 3)
+    return None
+
+
+def summed_pass(data_pass: GLMPass, frame: LevelFrame, block_pass: CubicPass
+                ) -> tuple[list[np.ndarray], LevelBound]:
+    """``block_pass``'s per-level sums over all rows and its level bound."""
+    lik = data_pass.lik
+    totals: list[np.ndarray] | None = None
+    rows = LevelRows.empty(lik.n_rows, frame.layout.n_levels, block_pass.order)
     # the likelihood's blocks (threads, read-ahead, the build's bar), summed in block order
-    for chunk, (t, v, w, e, level_rows) in lik.map_row_blocks(_CubicPass(data_pass, frame)):
-        t_sum += t
-        v_sum += v
-        w_sum += w
-        e_sum += e
+    for chunk, (sums, level_rows) in lik.map_row_blocks(block_pass):
+        totals = list(sums) if totals is None else [a + b for a, b in zip(totals, sums,
+                                                                          strict=True)]
         rows.fill(chunk, level_rows)
-    return LevelCubic(data_pass, frame, t_sum, v_sum, w_sum, e_sum, LevelBound(rows, lay.dim))
+    assert totals is not None
+    return totals, LevelBound(rows, frame.layout.dim)
 
 
-class _CubicPass:
+def level_cubic(data_pass, frame: LevelFrame) -> LevelCubic | str:
+    """The third-order terms and their bound from one pass over all rows at ``θ̂``, or why
+    there are none (a string naming what is missing)."""
+    why = refusal(data_pass)
+    if why is not None:
+        return why
+    sums, bound = summed_pass(data_pass, frame, CubicPass(data_pass, frame))
+    return LevelCubic(data_pass, frame, *sums, bound)
+
+
+class CubicPass:
     """The blocks of :func:`level_cubic`'s pass, for
     :meth:`~pymc_subsample.model.likelihood.SubsampledLikelihood.map_row_blocks`: per block,
     ``T_k``, ``V_k``, ``W_k``, ``E`` and the rows' order-3 level-bound pieces, at ``θ̂``."""
 
+    #: the level bound's order and its ``L_k ≥ sup|f^(k+1)|``
+    order, remainder_sup = 3, LOGIT_FOURTH_SUP
+
     def __init__(self, glm_pass: GLMPass, frame: LevelFrame) -> None:
         self._pass, self._frame = glm_pass, frame
 
-    def thread_copy(self) -> _CubicPass:
-        return _CubicPass(self._pass.thread_copy(), self._frame)
+    def thread_copy(self) -> CubicPass:
+        return type(self)(self._pass.thread_copy(), self._frame)
 
     def block(self, chunk: np.ndarray) -> tuple:
         frame = self._frame
@@ -209,7 +236,18 @@ class _CubicPass:
         _, pieces = self._pass.rows(frame.theta_hat, chunk, check=False)
         x, _, _, _, eta_hat, _, _ = pieces[0]
         assert isinstance(x, SplitRows)
-        f3 = _logit_third(eta_hat) / self._pass.lik.temperature
+        temperature = self._pass.lik.temperature
+        xt = frame.whiten_rows(x)
+        sup = np.full(chunk.size, self.remainder_sup / temperature)
+        return (self.sums(x, eta_hat, temperature),
+                split_level_rows(self.order, sup, xt.fixed, xt.level, xt.value, g))
+
+    def sums(self, x: SplitRows, eta_hat: np.ndarray, temperature: float
+             ) -> tuple[np.ndarray, ...]:
+        """``(Σ_i |x_{F,i}|, T_k, V_k, W_k, E)`` of the block's rows (the first: which fixed
+        coordinates the rows read)."""
+        g = self._frame.layout.n_levels
+        f3 = _logit_third(eta_hat) / temperature
         xf, t, level = x.fixed_block(), x.value, x.level
         d_f = xf.shape[1]
         w = np.empty((g, d_f, d_f))
@@ -217,8 +255,24 @@ class _CubicPass:
         for j in range(d_f):
             w[:, j, :] = weighted_level_sums(level, f3 * t * xf[:, j], xf, g)
             e[j] = weighted_gram(xf, f3 * xf[:, j])
-        xt = frame.whiten_rows(x)
-        sup = np.full(chunk.size, LOGIT_FOURTH_SUP / self._pass.lik.temperature)
-        return (np.bincount(level, f3 * t**3, minlength=g),
-                weighted_level_sums(level, f3 * t * t, xf, g), w, e,
-                split_level_rows(3, sup, xt.fixed, xt.level, xt.value, g))
+        return (np.abs(xf).sum(axis=0), np.bincount(level, f3 * t**3, minlength=g),
+                weighted_level_sums(level, f3 * t * t, xf, g), w, e)
+
+
+class RecentByDelta:
+    """``compute(δ)`` remembered for the two ``δ`` asked most recently (a move asks at both of
+    its ends, the next move at one of them again: the current point, whichever it was)."""
+
+    def __init__(self, compute) -> None:
+        self._compute = compute
+        self._recent: dict[bytes, typing.Any] = {}
+
+    def __call__(self, d: np.ndarray):
+        key = d.tobytes()
+        found = self._recent.pop(key, None)  # reinserted below: the least recent goes first
+        if found is None:
+            found = self._compute(d)
+            if len(self._recent) >= 2:
+                del self._recent[next(iter(self._recent))]
+        self._recent[key] = found
+        return found

@@ -121,10 +121,11 @@ class LevelMoves:
     hyper : ndarray of int, optional
         The coordinates no row reads (the group scale): :meth:`rows_phi` puts them at ``θ̂``.
     cubic : LevelCubic, optional
-        Third-order control variates for these moves (with ``order`` 2): stage 1 adds the
-        levels' cubic terms, the rows' remainders lose theirs, the rates are the order-3 level
-        bound's (global: no ball), and each level's proposal takes one Newton step on the
-        cubic (``docs/methods/mhss.md``, "Third-order terms for the level moves").
+        Third-order (a :class:`~pymc_subsample.model.level_quartic.LevelQuartic`: and
+        fourth-order) control variates for these moves (with ``order`` 2): stage 1 adds the
+        levels' terms, the rows' remainders lose theirs, the rates are the level bound's of
+        that order (global: no ball), and each level's proposal takes one Newton step on the
+        terms (``docs/methods/mhss.md``, "Fourth-order terms for the level moves").
     """
 
     def __init__(self, frame: LevelFrame, prior: LevelPrior, bound: LevelBound,
@@ -142,7 +143,7 @@ class LevelMoves:
         self._theta_hat = frame.theta_hat
         self.order, self.centre, self.region_radius = order, centre, region_radius
         if cubic is not None and order != 2:
-            raise ValueError("third-order level terms extend order-2 control variates; got "
+            raise ValueError("higher-order level terms extend order-2 control variates; got "
                              f"cv_order={order}")
         self.cubic = cubic
         self.rho = checked_rho(rho)

@@ -25,6 +25,7 @@ from pymc_subsample.bounds.user import UserBound, check_user_bound, user_row_con
 from pymc_subsample.kernels.indexing import WeightedIndexSampler
 from pymc_subsample.kernels.mhss import MHSSInfo, ScalarRates, ThinningRates, mhss_accept
 from pymc_subsample.model.level_cubic import LevelCubic, level_cubic
+from pymc_subsample.model.level_quartic import level_quartic
 from pymc_subsample.model.levels import prior_derivatives, scale_coordinate
 from pymc_subsample.model.setup import glm_data_pass
 from pymc_subsample.proposals.proposal import BlockProposal, make_proposal
@@ -48,6 +49,13 @@ FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
 _log = logging.getLogger("pymc_subsample")
 
 #: The level moves' stats of an iteration with none of them (or before they run).
+#: ``level_cv_order=None`` adds the fourth-order terms where ``G² ≥ QUARTIC_FROM · N``: a sweep
+#: of the levels with the third-order terms alone reads about ``1.4 G²/N`` rows (more levels of
+#: fewer rows each cost more), and below about 40 of them the fourth-order terms' pass and
+#: products cost more time than the rows they save (``docs/benchmarks.md``, "Fourth-order
+#: terms for the level moves")
+QUARTIC_FROM = 30.0
+
 NO_LEVEL_STATS = {"level_accept": np.nan, "level2_accept": np.nan, "level_rows": 0,
                   "hyper_accept": False, "scale_accept": False}
 
@@ -98,14 +106,15 @@ class MHSS(SubsamplingStep):
         With level moves: the probability with which each level is moved in an iteration
         (independently; 1, the default: every level). Fewer rows an iteration, less mixing of
         the levels.
-    level_cv_order : {None, 2, 3}
+    level_cv_order : {None, 2, 3, 4}
         With level moves (and ``cv_order=2``), the Taylor order of the control variates of
         the moves that read rows (the levels', the fixed block's and the scale's): 3 adds the
-        rows' third-order terms from per-level sums (a pass over the data at setup, in place
-        of the one for the fixed block's proposal; logistic rows of one factor only;
-        ``docs/methods/mhss.md``, "Third-order terms for the level moves"). ``None``
-        (default): 3 wherever it applies, else 2; the order used is
-        :attr:`level_cv_order` after construction.
+        rows' third-order terms from per-level sums, 4 their fourth-order terms too (a pass
+        over the data at setup, in place of the one for the fixed block's proposal; logistic
+        rows of one factor only; ``docs/methods/mhss.md``, "Third-order terms for the level
+        moves" and the next section). ``None`` (default): wherever they apply, 4 for many
+        levels of few rows each (``G² ≥ 30 N``, :data:`QUARTIC_FROM`) and 3 for the others;
+        else 2. The order used is :attr:`level_cv_order` after construction.
     **kwargs
         ``temperature``, ``proposal`` (default ``"pcn"``), ``map_point``, ``proposal_cov``,
         ``scaling`` (the proposal's parameter: ``ρ``, default 0.5, for pCN), ``target_accept``
@@ -168,13 +177,15 @@ class MHSS(SubsamplingStep):
             raise ValueError(f"level_fraction must be in (0, 1] (the probability that a level "
                              f"is moved in an iteration); got {level_fraction!r}")
         if level_cv_order is not None and (isinstance(level_cv_order, bool)
-                                           or level_cv_order not in (2, 3)):
-            raise ValueError(f"level_cv_order must be None, 2 or 3; got {level_cv_order!r}")
-        if level_cv_order == 3 and (cv_order != 2 or bound is not None or level_moves is False):
-            raise ValueError("level_cv_order=3 extends the level moves' order-2 control "
+                                           or level_cv_order not in (2, 3, 4)):
+            raise ValueError(f"level_cv_order must be None, 2, 3 or 4; got {level_cv_order!r}")
+        if level_cv_order in (3, 4) and (cv_order != 2 or bound is not None
+                                         or level_moves is False):
+            raise ValueError(f"level_cv_order={level_cv_order} extends the level moves' "
+                             "order-2 control "
                              "variates: it needs cv_order=2, no UserBound and level moves "
                              "(level_moves None or True)")
-        # as asked (None: 3 where it applies); the one used is level_cv_order
+        # as asked (None: 3 or 4 where they apply); the one used is level_cv_order
         self._asked_level_cv_order = level_cv_order
         self.bound = bound
         #: ``r`` of the region ``‖φ‖ ≤ r`` where the row constants hold (``inf``: everywhere)
@@ -208,8 +219,8 @@ class MHSS(SubsamplingStep):
             self.region_radius = self._reference_pass.region_radius
             self.sharp_angles = self._reference_pass.sharp_angles
             if level_moves is not False:
-                self._set_level_moves(consts, required=bool(level_moves or level_cv_order == 3),
-                                      fraction=level_fraction)
+                required = bool(level_moves or level_cv_order in (3, 4))
+                self._set_level_moves(consts, required=required, fraction=level_fraction)
             if self.level_moves is not None:
                 # the level bound serves both moves: the fixed block's (φ_L held) too
                 self.rate_bound = self.level_moves.bound
@@ -249,8 +260,9 @@ class MHSS(SubsamplingStep):
         proposal moving the other fixed coordinates only (``φ_L`` and those held)."""
         found = level_structure(self, rows)
         if isinstance(found, str):
-            if required and self._asked_level_cv_order == 3:
-                raise ValueError(f"level_cv_order=3 needs level moves, but {found}. Use "
+            asked = self._asked_level_cv_order
+            if required and asked in (3, 4):
+                raise ValueError(f"level_cv_order={asked} needs level moves, but {found}. Use "
                                  "level_cv_order=2.")
             if required:
                 raise ValueError(f"level_moves=True, but {found}. Leave level_moves=None to "
@@ -262,25 +274,23 @@ class MHSS(SubsamplingStep):
         self.frame = self.setup.frame = frame
         self.laplace_centre = self.setup.laplace_centre = frame.whiten(self.reference.mode)
 
-        def moves(cubic: LevelCubic | None) -> LevelMoves:
-            return LevelMoves(
-                frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
-                self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
-                self.region_radius, fraction=fraction, hyper=hyper, cubic=cubic)
-
-        # the third-order terms extend order-2 control variates (asked for 3, checked above)
+        # the higher-order terms extend order-2 control variates (asked for 3 or 4: checked
+        # above); asked for, they are built first, so that a refusal names the rows' reason
         asked = self._asked_level_cv_order
-        cubic = asked == 3 or (asked is None and self.cv_order == 2)
-        self.level_moves = moves(self._level_cubic(frame) if cubic else None)
+        higher = self._level_cubic(frame, hyper) if asked in (3, 4) else None
         crossed = crossed_levels(self, frame, hyper)
         if isinstance(crossed, str):
             _log.debug("no second factor: %s", crossed)
-        elif asked == 3:
-            raise ValueError("level_cv_order=3, but the model has a second, crossed grouping "
-                             "factor: the third-order level terms are for one factor. Use "
-                             "level_cv_order=2.")
-        if self.level_moves.cubic is not None and not isinstance(crossed, str):
-            self.level_moves = moves(None)  # (level_cv_order=None) one factor's terms only
+            if asked is None and self.cv_order == 2:  # the default: wherever they apply
+                higher = self._level_cubic(frame, hyper)
+        elif asked in (3, 4):
+            raise ValueError(f"level_cv_order={asked}, but the model has a second, crossed "
+                             "grouping factor: the higher-order level terms are for one "
+                             "factor. Use level_cv_order=2.")
+        self.level_moves = LevelMoves(
+            frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
+            self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
+            self.region_radius, fraction=fraction, hyper=hyper, cubic=higher)
         if not isinstance(crossed, str):
             # both factors' levels bounded in their own coordinates (a row on two levels)
             self.level_moves.use_bound(crossed.bound, crossed.coords.point)
@@ -321,17 +331,23 @@ class MHSS(SubsamplingStep):
 
     @property
     def level_cv_order(self) -> int:
-        """The level moves' control-variate order: 3 where they have the rows' third-order
-        terms, else 2 (also without level moves)."""
-        return 2 if self.level_moves is None or self.level_moves.cubic is None else 3
+        """The level moves' control-variate order: 3 or 4 where they have the rows' terms of
+        that order, else 2 (also without level moves)."""
+        return 2 if self.level_moves is None or self.level_moves.cubic is None else (
+            self.level_moves.cubic.order)
 
-    def _level_cubic(self, frame) -> LevelCubic | None:
-        """The level moves' third-order terms (one more pass over the data); where they do not
-        apply, refuse ``level_cv_order=3`` or, for ``None``, none."""
-        cubic = level_cubic(self._reference_pass, frame)
+    def _level_cubic(self, frame, unread: np.ndarray) -> LevelCubic | None:
+        """The level moves' third- (and fourth-) order terms (one more pass over the data);
+        where they do not apply, refuse ``level_cv_order`` 3 or 4 or, for ``None``, none."""
+        asked = self._asked_level_cv_order
+        order = asked or (4 if frame.n_levels**2 >= QUARTIC_FROM * self.likelihood.n_rows
+                          else 3)
+        cubic = (level_cubic(self._reference_pass, frame) if order == 3 else
+                 level_quartic(self._reference_pass, frame, unread))
         if isinstance(cubic, str):
-            if self._asked_level_cv_order == 3:
-                raise ValueError(f"level_cv_order=3, but {cubic}. Use level_cv_order=2.")
+            if asked in (3, 4):
+                raise ValueError(f"level_cv_order={asked}, but {cubic}. Use "
+                                 "level_cv_order=2.")
             _log.debug("level moves of order 2: %s", cubic)
             return None
         self.setup_profile["full_data_passes"] += 1
