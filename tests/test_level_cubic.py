@@ -278,6 +278,25 @@ def test_level_cv_order_by_default_is_three_or_four_where_they_apply(cubic_model
     assert step.second_moves is not None
 
 
+def test_level_cv_order_by_default_is_four_for_rows_from_zarr(tmp_path):
+    """Rows read from Zarr chunks cost more than the fourth-order terms: the default adds them
+    for any number of levels (80 levels of 75 rows here, order 3 from memory)."""
+    zarr = pytest.importorskip("zarr")
+    n, d, g, seed = CASE
+    arrays = {}
+    for name, values in zip(("X", "group", "y"), random_effects_data(n, d, g, seed=seed),
+                            strict=True):
+        arrays[name] = zarr.open_array(tmp_path / f"{name}.zarr", mode="w", shape=values.shape,
+                                       dtype=values.dtype, chunks=(1024,) + values.shape[1:])
+        arrays[name][...] = values
+    with pm.Model():
+        b = pm.Normal("b", 0.0, 10.0, shape=d)
+        u = pm.Normal("u", 0.0, pm.HalfNormal("s", 1.0), shape=g)
+        pm.Bernoulli("y", logit_p=pms.Data("X", arrays["X"]) @ b
+                     + u[pms.Data("g", arrays["group"])], observed=pms.Data("y", arrays["y"]))
+        assert pms.MHSS().level_cv_order == 4
+
+
 def _probit_model() -> pm.Model:
     """Probit rows on one factor of 70 levels."""
     X, group, y = random_effects_data(3000, 2, 70, seed=4)

@@ -198,7 +198,9 @@ def split_level_rows(
 def _poly_product(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """The product of polynomials in ``ρ`` held column by column (row ``j``: the coefficient
     of ``ρ^j``; one column per category)."""
-    out = np.zeros((p.shape[0] + q.shape[0] - 1, p.shape[1]))
+    if p.shape[0] > q.shape[0]:  # a loop over the shorter one's rows
+        p, q = q, p
+    out = np.zeros((p.shape[0] + q.shape[0] - 1, max(p.shape[1], q.shape[1])))
     for i in range(p.shape[0]):
         out[i : i + q.shape[0]] += p[i] * q
     return out

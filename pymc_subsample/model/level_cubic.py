@@ -90,7 +90,7 @@ class LevelCubic:
         self._w_read = np.ascontiguousarray(w_sum[:, read][:, :, read])
         self._v_read = np.ascontiguousarray(v_sum[:, read])
         self._read_pos = read
-        #: the last two :meth:`level_coefficients`, by their ``δ`` on the read coordinates
+        #: the two most recent :meth:`level_coefficients`, by their ``δ`` on the read coordinates
         self._recent = RecentByDelta(self._cubic_coefficients)
 
     def _fixed_delta(self, theta: np.ndarray) -> np.ndarray:
@@ -255,7 +255,7 @@ class CubicPass:
         for j in range(d_f):
             w[:, j, :] = weighted_level_sums(level, f3 * t * xf[:, j], xf, g)
             e[j] = weighted_gram(xf, f3 * xf[:, j])
-        return (np.abs(xf).sum(axis=0), np.bincount(level, f3 * t**3, minlength=g),
+        return (np.abs(xf).sum(axis=0), np.bincount(level, f3 * t * t * t, minlength=g),
                 weighted_level_sums(level, f3 * t * t, xf, g), w, e)
 
 

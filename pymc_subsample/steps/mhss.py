@@ -49,11 +49,11 @@ FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
 _log = logging.getLogger("pymc_subsample")
 
 #: The level moves' stats of an iteration with none of them (or before they run).
-#: ``level_cv_order=None`` adds the fourth-order terms where ``G² ≥ QUARTIC_FROM · N``: a sweep
-#: of the levels with the third-order terms alone reads about ``1.4 G²/N`` rows (more levels of
-#: fewer rows each cost more), and below about 40 of them the fourth-order terms' pass and
-#: products cost more time than the rows they save (``docs/benchmarks.md``, "Fourth-order
-#: terms for the level moves")
+#: ``level_cv_order=None`` adds the fourth-order terms where ``G² ≥ QUARTIC_FROM · N`` (or the
+#: rows are read from Zarr or Dask chunks): a sweep of the levels with the third-order terms
+#: alone reads about ``1.4 G²/N`` rows (more levels of fewer rows each cost more), and in
+#: memory, below about 40 of them, the fourth-order terms' pass and products cost more time
+#: than the rows they save (``docs/benchmarks.md``, "Fourth-order terms for the level moves")
 QUARTIC_FROM = 30.0
 
 NO_LEVEL_STATS = {"level_accept": np.nan, "level2_accept": np.nan, "level_rows": 0,
@@ -113,8 +113,9 @@ class MHSS(SubsamplingStep):
         over the data at setup, in place of the one for the fixed block's proposal; logistic
         rows of one factor only; ``docs/methods/mhss.md``, "Third-order terms for the level
         moves" and the next section). ``None`` (default): wherever they apply, 4 for many
-        levels of few rows each (``G² ≥ 30 N``, :data:`QUARTIC_FROM`) and 3 for the others;
-        else 2. The order used is :attr:`level_cv_order` after construction.
+        levels of few rows each (``G² ≥ 30 N``, :data:`QUARTIC_FROM`) or rows read from Zarr
+        or Dask, and 3 for the others; else 2. The order used is :attr:`level_cv_order` after
+        construction.
     **kwargs
         ``temperature``, ``proposal`` (default ``"pcn"``), ``map_point``, ``proposal_cov``,
         ``scaling`` (the proposal's parameter: ``ρ``, default 0.5, for pCN), ``target_accept``
@@ -340,7 +341,11 @@ class MHSS(SubsamplingStep):
         """The level moves' third- (and fourth-) order terms (one more pass over the data);
         where they do not apply, refuse ``level_cv_order`` 3 or 4 or, for ``None``, none."""
         asked = self._asked_level_cv_order
-        order = asked or (4 if frame.n_levels**2 >= QUARTIC_FROM * self.likelihood.n_rows
+        lik = self.likelihood
+        # fourth order where the rows cost more than its terms: many levels of few rows, or
+        # rows read from chunks (Zarr, Dask) rather than memory
+        chunked = not all(source.in_memory for _, source in lik.gathered.values())
+        order = asked or (4 if chunked or frame.n_levels**2 >= QUARTIC_FROM * lik.n_rows
                           else 3)
         cubic = (level_cubic(self._reference_pass, frame) if order == 3 else
                  level_quartic(self._reference_pass, frame, unread))
