@@ -3,12 +3,13 @@
 docs/methods/mhss.md "Fourth-order terms for the level moves").
 
 The per-level sums ``T_k``, ``V_k``, ``W_k`` against the logistic formula's
-``Σ_{i∈k} f‴(η̂_i)(t³, t²x_F, t x_F x_Fᵀ)``, and the quartic's against ``f⁗``'s; stage 1's
-terms against the rows' own (their sum over each level's rows: the identity that keeps the
-decision exact); the order-3 and order-4 level bounds against every row's remainder computed
-from the logistic formula on random pairs, both orders of the pair, on synthetic whitened rows
-and on the model's own rows; the refusals; and the posterior of the moves with the terms
-against the stored NUTS reference.
+``Σ_{i∈k} f‴(η̂_i)(t³, t²x_F, t x_F x_Fᵀ)``, and the quartic's ``Q_{4,k}``, ``Q_{3,k}``
+against ``f⁗``'s (the others through the identities below); stage 1's terms against the rows'
+own (their sum over each level's rows: the identity that keeps the decision exact); the
+order-3 and order-4 level bounds against every row's remainder computed from the logistic
+formula on random pairs, both orders of the pair, on synthetic whitened rows and on the
+model's own rows; the refusals; and the posterior of the moves with the terms against the
+stored NUTS reference.
 """
 
 from __future__ import annotations
@@ -146,6 +147,13 @@ def test_level_cubic_sums_are_the_rows_third_derivatives(cubic_step):
     np.testing.assert_allclose(cubic.w_sum, expected, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(cubic.e_sum, np.einsum("i,ij,il,im->jlm", third, xf, xf, xf),
                                rtol=1e-9, atol=1e-12)
+    if cubic.order == 4:  # Q_{4,k} and Q_{3,k} (on all fixed coordinates) against f⁗'s
+        fourth = -p * (1 - p) * (1 - 6 * p * (1 - p))
+        np.testing.assert_allclose(cubic.q_sums[3], np.bincount(group, fourth, minlength=g),
+                                   rtol=1e-9, atol=1e-12)
+        q3 = np.stack([np.bincount(group, fourth * xf[:, j], minlength=g)
+                       for j in range(xf.shape[1])], axis=1)
+        np.testing.assert_allclose(cubic.q_sums[2], q3, rtol=1e-9, atol=1e-12)
 
 
 def _level_pair(step, rng, spread):
