@@ -16,6 +16,7 @@ from scipy.special import expit
 
 import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, family, level_rows
+from pymc_subsample.bounds.levels import LEVEL_WEIGHT, SHARE_MARGIN
 from pymc_subsample.datasets import random_effects_data, random_effects_model
 from pymc_subsample.model.frame import LaplaceFrame
 from tests.make_glm_references import RE_GROUPS
@@ -190,8 +191,6 @@ def test_level_rate_polynomial_is_the_product_of_its_factors(order):
     """``P_k(ρ)`` of each category against ``H(ρ) Σ_j A(ρ)^j A'(ρ)^{k−j}`` from the linear
     factors of the module docstring (``u = ‖·_D‖/w_D``, ``v = |·_k|/w_K``), at random ``ρ``,
     and the envelope against its factors' largest values."""
-    from pymc_subsample.bounds.levels import LEVEL_WEIGHT, SHARE_MARGIN
-
     rng = np.random.default_rng(order)
     xt, _, _, _ = _rows(rng, 1, "bernoulli_logit")
     g, dim = N_LEVELS, xt.shape[1]

@@ -338,8 +338,8 @@ def map_row_blocks(
     if chunks is not None:
         chunks = list(chunks)
         # rows in memory only: a Zarr or Dask source's cache of large reads is not for threads
-        in_memory = all(source.in_memory for _, source in lik.gathered.values())
-        threads = min(pass_threads(), len(chunks) - first_alone) if in_memory else 1
+        threads = (min(pass_threads(), len(chunks) - first_alone) if lik.rows_in_memory
+                   else 1)
         if threads <= 1:
             return ((idx, block_fn(idx, *args)) for idx in chunks)
         return _first_then_threads(lik, data_pass, args, chunks, threads, first_alone,

@@ -199,8 +199,11 @@ def summed_pass(data_pass: GLMPass, frame: LevelFrame, block_pass: CubicPass
     rows = LevelRows.empty(lik.n_rows, frame.layout.n_levels, block_pass.order)
     # the likelihood's blocks (threads, read-ahead, the build's bar), summed in block order
     for chunk, (sums, level_rows) in lik.map_row_blocks(block_pass):
-        totals = list(sums) if totals is None else [a + b for a, b in zip(totals, sums,
-                                                                          strict=True)]
+        if totals is None:
+            totals = list(sums)  # the block's own new arrays
+        else:
+            for total, part in zip(totals, sums, strict=True):
+                total += part
         rows.fill(chunk, level_rows)
     assert totals is not None
     return totals, LevelBound(rows, frame.layout.dim)
@@ -228,7 +231,7 @@ class CubicPass:
         self._pass, self._frame = glm_pass, frame
 
     def thread_copy(self) -> CubicPass:
-        return type(self)(self._pass.thread_copy(), self._frame)
+        return CubicPass(self._pass.thread_copy(), self._frame)
 
     def block(self, chunk: np.ndarray) -> tuple:
         frame = self._frame

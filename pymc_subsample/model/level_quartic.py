@@ -98,9 +98,10 @@ class LevelQuartic(LevelCubic):
     Attributes
     ----------
     q_sums : tuple of ndarray
-        ``(Q_{1,k}, Q_{2,k}, Q_{3,k}, Q_{4,k})`` per level, ``Q_1`` and ``Q_2`` on the
-        monomials of the fixed coordinates (``(G, C(d_F+2, 3))``, ``(G, C(d_F+1, 2))``).
-    e4_sum : ndarray, shape (C(d_F+1, 2), C(d_F+1, 2))
+        ``(Q_{1,k}, Q_{2,k}, Q_{3,k}, Q_{4,k})`` per level as the pass summed them: ``Q_1`` and
+        ``Q_2`` on the monomials of the fixed coordinates a row may read (``columns``, ``c`` of
+        them: ``(G, C(c+2, 3))``, ``(G, C(c+1, 2))``), ``Q_3`` on all ``d_F``.
+    e4_sum : ndarray, shape (C(c+1, 2), C(c+1, 2))
         ``E₄``.
     bound : LevelBound
         The level bound of the order-4 remainders (``κ₄ = 1/120``, ``L₄ = 0.1277``).

@@ -263,6 +263,12 @@ class SubsampledLikelihood:
         self.diff_graph = self.at(self.terms, theta_new) - self.terms
         check_rows_independent(self)
 
+    @property
+    def rows_in_memory(self) -> bool:
+        """Whether every data container's rows are NumPy values (in RAM or memory-mapped), not
+        chunks of Zarr or Dask read on demand."""
+        return all(source.in_memory for _, source in self.gathered.values())
+
     def check_data_unchanged(self) -> None:
         """Refuse to sample after ``pm.set_data`` replaced data the setup was computed on.
 

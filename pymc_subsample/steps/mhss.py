@@ -48,7 +48,6 @@ FALLBACK_WARN_RATE, FALLBACK_WARN_AFTER = 0.01, 500
 
 _log = logging.getLogger("pymc_subsample")
 
-#: The level moves' stats of an iteration with none of them (or before they run).
 #: ``level_cv_order=None`` adds the fourth-order terms where ``G² ≥ QUARTIC_FROM · N`` (or the
 #: rows are read from Zarr or Dask chunks): a sweep of the levels with the third-order terms
 #: alone reads about ``1.4 G²/N`` rows (more levels of fewer rows each cost more), and in
@@ -56,6 +55,7 @@ _log = logging.getLogger("pymc_subsample")
 #: than the rows they save (``docs/benchmarks.md``, "Fourth-order terms for the level moves")
 QUARTIC_FROM = 30.0
 
+#: The level moves' stats of an iteration with none of them (or before they run).
 NO_LEVEL_STATS = {"level_accept": np.nan, "level2_accept": np.nan, "level_rows": 0,
                   "hyper_accept": False, "scale_accept": False}
 
@@ -183,9 +183,8 @@ class MHSS(SubsamplingStep):
         if level_cv_order in (3, 4) and (cv_order != 2 or bound is not None
                                          or level_moves is False):
             raise ValueError(f"level_cv_order={level_cv_order} extends the level moves' "
-                             "order-2 control "
-                             "variates: it needs cv_order=2, no UserBound and level moves "
-                             "(level_moves None or True)")
+                             "order-2 control variates: it needs cv_order=2, no UserBound and "
+                             "level moves (level_moves None or True)")
         # as asked (None: 3 or 4 where they apply); the one used is level_cv_order
         self._asked_level_cv_order = level_cv_order
         self.bound = bound
@@ -344,9 +343,8 @@ class MHSS(SubsamplingStep):
         lik = self.likelihood
         # fourth order where the rows cost more than its terms: many levels of few rows, or
         # rows read from chunks (Zarr, Dask) rather than memory
-        chunked = not all(source.in_memory for _, source in lik.gathered.values())
-        order = asked or (4 if chunked or frame.n_levels**2 >= QUARTIC_FROM * lik.n_rows
-                          else 3)
+        order = asked or (4 if not lik.rows_in_memory
+                          or frame.n_levels**2 >= QUARTIC_FROM * lik.n_rows else 3)
         cubic = (level_cubic(self._reference_pass, frame) if order == 3 else
                  level_quartic(self._reference_pass, frame, unread))
         if isinstance(cubic, str):
