@@ -10,7 +10,9 @@ automatic path forced with the private ``pymc_subsample.model.setup._AUTOMATIC_O
 ``--nuts-draws`` draws after as many tuning steps) on the same model in the same run, its whole
 wall time to a minimum bulk ESS of 1000 extrapolated linearly from that run
 (``compare.run_numpyro_nuts`` and ``compare.time_to_ess``: NumPyro's run, its tuning and JIT
-included, scaled; the rest of ``pm.sample`` paid once). PyMC's Normal log-CDF (Tobit, the
+included, scaled; the rest of ``pm.sample`` paid once), for the hurdle negative binomial
+on the same density written so that JAX can differentiate it (:func:`_hurdle_nb_potential`,
+checked against the model's before the run). PyMC's Normal log-CDF (Tobit, the
 truncated Normal) uses the op ``erfcx``, which JAX has only through TensorFlow Probability:
 those two need ``pip install tfp-nightly`` for ``--nuts`` (the release 0.25 does not import
 with JAX 0.10). ``tests/test_posterior_automatic.py`` checks the posteriors against stored
@@ -42,7 +44,9 @@ def _design(rng, n):
     return X, X @ beta
 
 
-def model(name: str, n: int, seed: int = 1) -> pm.Model:
+def model(name: str, n: int, seed: int = 1, *, yardstick: bool = False) -> pm.Model:
+    """The family's model; ``yardstick`` writes the hurdle negative binomial's density for
+    NumPyro (:func:`_hurdle_nb_potential`), every other model as it is."""
     rng = np.random.default_rng(seed)
     X, eta = _design(rng, n)
     with pm.Model() as m:
@@ -111,9 +115,12 @@ def model(name: str, n: int, seed: int = 1) -> pm.Model:
             alpha = pm.Gamma("alpha", 2.0, 1.0)
             y = np.where(rng.random(n) < 0.3, 0,
                          rng.poisson(rng.gamma(2.0, np.exp(eta) / 2.0)))
-            dist = (pm.HurdleNegativeBinomial if name == "hurdle_negative_binomial"
-                    else pm.ZeroInflatedNegativeBinomial)
-            dist("y", psi=psi, mu=pm.math.exp(lin), alpha=alpha, observed=y)
+            if yardstick and name == "hurdle_negative_binomial":
+                _hurdle_nb_potential(psi, pm.math.exp(lin), alpha, y)
+            else:
+                dist = (pm.HurdleNegativeBinomial if name == "hurdle_negative_binomial"
+                        else pm.ZeroInflatedNegativeBinomial)
+                dist("y", psi=psi, mu=pm.math.exp(lin), alpha=alpha, observed=y)
         elif name == "hurdle_lognormal":
             psi = pm.Beta("psi", 2.0, 2.0)
             s = pm.HalfNormal("s", 2.0)
@@ -198,8 +205,36 @@ def run(name: str, n: int, draws: int, automatic: bool) -> dict:
                 min_ess=min_ess, to_ess_1000_s=time_to_ess(setup_s, sample_s, min_ess))
 
 
+def _hurdle_nb_potential(psi, mu, alpha, y: np.ndarray) -> None:
+    """``pm.HurdleNegativeBinomial``'s log-likelihood as a ``pm.Potential``, with the negative
+    binomial's ``P(0) = (α/(μ + α))^α`` in closed form: NumPyro cannot differentiate PyMC's
+    truncation at zero, which reaches the CDF through JAX's ``betainc`` (no gradient in its
+    ``a``, ``b``). The same density (:func:`_check_yardstick`)."""
+    log_nb = pm.logp(pm.NegativeBinomial.dist(mu=mu, alpha=alpha), y)
+    log_p0 = alpha * (pt.log(alpha) - pt.log(mu + alpha))
+    pm.Potential("y", pt.sum(pt.switch(y > 0, pt.log(psi) + log_nb - pt.log1mexp(log_p0),
+                                       pt.log1p(-psi))))
+
+
+def _check_yardstick(name: str, n: int) -> None:
+    """Raise unless the model NUTS samples has the benchmarked model's log density at its
+    initial point and at three random points."""
+    ours, theirs = model(name, n), model(name, n, yardstick=True)
+    logp, logp_nuts = ours.compile_logp(), theirs.compile_logp()
+    rng = np.random.default_rng(0)
+    point = ours.initial_point()
+    for k in range(4):
+        at = {v: x + (0.1 * rng.normal(size=np.shape(x)) if k else 0.0)
+              for v, x in point.items()}
+        a, b = logp(at), logp_nuts(at)
+        if not np.isclose(a, b, rtol=1e-9, atol=1e-6):
+            raise AssertionError(f"{name}: NUTS's model has log density {b}, ours {a}")
+
+
 def run_nuts(name: str, n: int, draws: int) -> dict:
-    setup_s, sampling_s, idata = run_numpyro_nuts(model(name, n), draws, draws, 1, 3, {})
+    _check_yardstick(name, n)
+    setup_s, sampling_s, idata = run_numpyro_nuts(model(name, n, yardstick=True), draws,
+                                                  draws, 1, 3, {})
     ess = az.ess(idata, method="bulk")
     min_ess = min(float(ess[v].min()) for v in ess.data_vars)
     return dict(wall_s=setup_s + sampling_s, min_ess=min_ess,
