@@ -1,12 +1,15 @@
 """Rows on two crossed grouping factors (``pymc_subsample.bounds.crossed``,
-``pymc_subsample.model.crossed``, ``pymc_subsample.steps.crossed_moves``; docs/methods/mhss.md
-"Rows on two crossed factors").
+``pymc_subsample.model.crossed``, ``pymc_subsample.model.crossed_cubic``,
+``pymc_subsample.steps.crossed_moves``; docs/methods/mhss.md "Rows on two crossed factors" and
+"Third-order terms on two crossed factors").
 
 The crossed rates against remainders from the logistic formula on random pairs of the three
-kinds of move (one factor's levels, the other's, all coordinates): bound, symmetry, each level's
-envelope; the bound's coordinates reproduce every row's displacement, and the step's rates
-bound the true remainders on all rows; the second factor's per-level decisions satisfy detailed
-balance against the model's own density; the posterior against the stored NUTS reference.
+kinds of move (one factor's levels, the other's, all coordinates), orders 1 to 3: bound,
+symmetry, each level's envelope; the bound's coordinates reproduce every row's displacement;
+the step, with order-2 control variates and with the third-order terms (the default): the
+third-order sums against the rows' own ``f‴a³``, its rates bound the true remainders on all
+rows, the second factor's per-level decisions satisfy detailed balance against the model's own
+density; the posterior against the stored NUTS reference.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from scipy.special import expit
 
 import pymc_subsample as pms
 from pymc_subsample.bounds import CrossedBound, CrossedRows, crossed_level_rows, family
+from pymc_subsample.model.level_cubic import LOGIT_FOURTH_SUP
 from pymc_subsample.model.levels import SplitRows
 from pymc_subsample.steps.crossed_moves import SecondFactorMoves
 from tests.family_checks import check_posterior
@@ -38,7 +42,8 @@ def _crossed_rows(rng, order):
     level, level2 = rng.integers(0, G1, n), rng.integers(0, G2, n)
     eta_hat = rng.normal(size=n)
     y = rng.binomial(1, expit(eta_hat)).astype(float)
-    sup = family("bernoulli_logit").row_sup(order, np.ones(n), y)
+    sup = (np.full(n, LOGIT_FOURTH_SUP) if order == 3
+           else family("bernoulli_logit").row_sup(order, np.ones(n), y))
     pieces = crossed_level_rows(order, sup, dense, first, level, second, level2,
                                 math.sqrt(D_R))
     rows = CrossedRows(*pieces, n_levels=G1, n_levels2=G2, order=order)
@@ -55,12 +60,14 @@ def _remainders(order, eta_hat, y, a, a_new):
         return y * eta - np.logaddexp(0.0, eta)
     p = expit(eta_hat)
     taylor = (y - p) * (a_new - a)
-    if order == 2:
+    if order >= 2:
         taylor = taylor + 0.5 * (-p * (1 - p)) * (a_new**2 - a**2)
+    if order == 3:
+        taylor = taylor - p * (1 - p) * (1 - 2 * p) * (a_new**3 - a**3) / 6
     return f(eta_hat + a_new) - f(eta_hat + a) - taylor
 
 
-@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("order", [1, 2, 3])
 def test_crossed_rates_bound_the_remainders_on_random_pairs(order):
     """Moves of the first factor's levels, of the second's and of everything, 0.05 to 5 sds:
     ``|ξ_i| ≤ B_i``, ``B_i`` symmetric in the pair, under each level's envelope."""
@@ -127,13 +134,54 @@ def test_crossed_level_rates_draw_a_poisson_process_per_level(factor):
         assert_poisson_counts(counts, expected, least=20)
 
 
-@pytest.fixture(scope="module")
-def crossed_step():
+@pytest.fixture(scope="module", params=[2, 3], ids=["order2", "order3"])
+def crossed_step(request):
     model = crossed_model(3000, seed=3)
     with model:
-        step = pms.MHSS()
+        step = pms.MHSS(level_cv_order=request.param)
     assert step.second_moves is not None and step.level_moves is not None
+    assert step.level_cv_order == request.param
     return model, step
+
+
+def _remainder(step):
+    """The rows' remainders of the step's control variates (the third-order terms out)."""
+    order2, cubic = step.control_variate.remainder, step.level_moves.cubic
+    if cubic is None:
+        return order2
+    return lambda t, t_new, idx: order2(t, t_new, idx) - cubic.row_terms(t, t_new, idx)
+
+
+def test_crossed_third_order_sums_give_the_rows_cubic(crossed_step):
+    """``Σ f‴_i a_i³`` over all rows, each level's change in a move of either factor's
+    levels, and the rows' own terms, from the per-level and per-cell sums, against the rows'
+    ``f‴(η̂_i)a_i³`` directly."""
+    _, step = crossed_step
+    cubic = step.level_moves.cubic
+    if cubic is None:
+        pytest.skip("order 2: no third-order terms")
+    every = np.arange(step.likelihood.n_rows)
+    _, (piece,) = step._reference_pass.rows(step.theta_hat, every, check=False)
+    x, eta_hat = piece[0], piece[4]
+    p = expit(eta_hat)
+    f3 = -p * (1 - p) * (1 - 2 * p)
+    rng = np.random.default_rng(0)
+    lv, lv2 = slice(step.frame.layout.start, step.frame.layout.stop), step.second_moves._levels
+    for _ in range(3):
+        theta = step.setup.laplace_draw(rng, step.theta_hat)
+        a = x.dense() @ (theta - step.theta_hat)
+        np.testing.assert_allclose(cubic.cubic(theta), np.sum(f3 * a**3), rtol=1e-10)
+        for levels, level, terms in ((lv, x.level, cubic.level_terms),
+                                     (lv2, step.rate_bound.level2, cubic.second_level_terms)):
+            theta_new = theta.copy()
+            theta_new[levels] += 0.5 * rng.normal(size=levels.stop - levels.start)
+            a_new = x.dense() @ (theta_new - step.theta_hat)
+            row = f3 * (a_new**3 - a**3) / 6
+            np.testing.assert_allclose(cubic.row_terms(theta, theta_new, every), row,
+                                       rtol=1e-9, atol=1e-15)
+            want = np.bincount(level, row, minlength=levels.stop - levels.start)
+            np.testing.assert_allclose(terms(theta, theta_new[levels]), want, rtol=1e-9,
+                                       atol=1e-13)
 
 
 def test_crossed_coordinates_give_every_rows_displacement(crossed_step):
@@ -195,7 +243,7 @@ def test_step_rates_bound_the_true_remainders(crossed_step):
         psi = step.level_moves.rows_phi(theta)
         psi_new = step.level_moves.rows_phi(theta_new)
         b = bound.row_rates(bound.factors(psi, psi_new), every)
-        xi = step.control_variate.remainder(theta, theta_new, every)
+        xi = _remainder(step)(theta, theta_new, every)
         assert np.all(np.abs(xi) <= b * (1 + 1e-9) + 1e-12), k
 
 
@@ -204,7 +252,8 @@ def test_second_factor_decisions_satisfy_detailed_balance(crossed_step):
     ``v_l → v'_l`` (every level at once, a symmetric pair: q-ratio 0),
     ``P(accept θ → θ') / P(accept θ' → θ)`` from 2000 decisions each way is ``π(θ'_l)/π(θ)``
     of the model's own density on all rows, level by level (|z| < 4.5 on the levels whose
-    rows' ``|Σξ_i| > 0.05``, so that a decision on stage 1 alone would fail)."""
+    rows' order-2 remainders have ``|Σξ_i| > 0.05``, so that a decision on the quadratic
+    control variates alone would fail)."""
     model, step = crossed_step
     moves: SecondFactorMoves = step.second_moves
     lik = step.likelihood
@@ -215,7 +264,7 @@ def test_second_factor_decisions_satisfy_detailed_balance(crossed_step):
 
     rng = np.random.default_rng(4)
     rng_index, rng_accept = np.random.default_rng(5), np.random.default_rng(6)
-    remainder = step.control_variate.remainder
+    remainder = step.control_variate.remainder  # decide() takes the third-order terms out
     lv, g = moves._levels, moves.n_levels
     every = np.arange(lik.n_rows)
     checked, reps = 0, 2000
@@ -271,13 +320,16 @@ def test_a_second_factor_read_twice_keeps_the_one_factor_moves():
 
 
 @pytest.mark.slow
-def test_crossed_factors_match_nuts():
+@pytest.mark.parametrize("level_cv_order", [None, 3])
+def test_crossed_factors_match_nuts(level_cv_order):
     """Crossed random intercepts (the bound on two levels, both factors' level moves, the
-    fixed block's move, the scales) against the stored NUTS reference, every coordinate."""
+    fixed block's move, the scales) against the stored NUTS reference, every coordinate: with
+    order-2 control variates (the default in memory) and with the third-order terms."""
     model = crossed_model(6000, seed=7)
     with model:
-        step = pms.MHSS()
+        step = pms.MHSS(level_cv_order=level_cv_order)
     assert step.second_moves is not None
+    assert step.level_cv_order == (level_cv_order or 2)
     check_posterior(model, step, "random_effects_crossed", others=("u", "v", "s_u", "s_v"),
                     max_rows=200, case=(6000, 3, 7), draws=3000)
     assert CROSSED_GROUPS == (70, 12)

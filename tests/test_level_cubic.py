@@ -24,6 +24,7 @@ from scipy.special import expit
 import pymc_subsample as pms
 from pymc_subsample.bounds import LevelBound, LevelRows, level_rows
 from pymc_subsample.datasets import random_effects_data, random_effects_model
+from pymc_subsample.model.crossed_cubic import CrossedCubic
 from pymc_subsample.model.level_cubic import LOGIT_FOURTH_SUP
 from pymc_subsample.model.level_quartic import LOGIT_FIFTH_SUP
 from pymc_subsample.steps.mhss import QUARTIC_FROM
@@ -266,8 +267,8 @@ def test_level_cv_order_refusals(cubic_model):
 def test_level_cv_order_by_default_is_three_or_four_where_they_apply(cubic_model):
     """``level_cv_order=None`` (the default): on logistic rows of one factor the third-order
     terms, and the fourth-order ones too for many levels of few rows (``G² ≥ QUARTIC_FROM·N``);
-    order 2 without a refusal elsewhere (``cv_order=1``, probit rows, a second crossed
-    factor)."""
+    order 2 without a refusal elsewhere (``cv_order=1``, probit rows, rows on two crossed
+    factors in memory)."""
     with cubic_model:  # 80 levels, 6,000 rows
         step = pms.MHSS()
         assert step.level_cv_order == 3 and step.level_moves.cubic is not None
@@ -315,26 +316,55 @@ def _probit_model() -> pm.Model:
     return model
 
 
-def _crossed_model() -> pm.Model:
+def _crossed_arrays() -> dict[str, np.ndarray]:
     """Logistic rows on two crossed factors, 100 × 20 levels."""
     rng = np.random.default_rng(1)
     X = np.column_stack([np.ones(20_000), rng.normal(size=(20_000, 2))])
     group, group2 = rng.integers(0, 100, 20_000), rng.integers(0, 20, 20_000)
     y = rng.binomial(1, expit(0.3 * X[:, 1] + 0.5 * rng.normal(size=100)[group]))
+    return {"X": X, "group": group, "group2": group2, "y": y}
+
+
+def _crossed_model(data=None) -> pm.Model:
+    """:func:`_crossed_arrays`' model (or ``data``'s: the same names, each read through
+    ``pms.Data``)."""
     with pm.Model() as model:
+        data = (_crossed_arrays() if data is None
+                else {name: pms.Data(name, values) for name, values in data.items()})
         b = pm.Normal("b", 0.0, 10.0, shape=3)
         u = pm.Normal("u", 0.0, pm.HalfNormal("s", 1.0), shape=100)
         v = pm.Normal("v", 0.0, pm.HalfNormal("s2", 1.0), shape=20)
-        pm.Bernoulli("y", logit_p=X @ b + u[group] + v[group2], observed=y)
+        pm.Bernoulli("y", logit_p=data["X"] @ b + u[data["group"]] + v[data["group2"]],
+                     observed=data["y"])
     return model
 
 
-def test_level_cv_order_refuses_crossed_factors():
-    """Rows on two crossed factors: the third-order terms are one factor's."""
+def test_crossed_third_order_terms_by_default_for_rows_from_zarr(tmp_path):
+    """Two crossed factors read from Zarr chunks: the default adds the third-order terms (in
+    memory it keeps order 2, ``test_level_cv_order_by_default_is_three_or_four_where_they_
+    apply``)."""
+    zarr = pytest.importorskip("zarr")
+    arrays = {}
+    for name, values in _crossed_arrays().items():
+        arrays[name] = zarr.open_array(tmp_path / f"{name}.zarr", mode="w", shape=values.shape,
+                                       dtype=values.dtype, chunks=(4096,) + values.shape[1:])
+        arrays[name][...] = values
+    with _crossed_model(arrays):
+        step = pms.MHSS()
+    assert step.level_cv_order == 3 and isinstance(step.level_moves.cubic, CrossedCubic)
+
+
+def test_level_cv_order_on_crossed_factors():
+    """Rows on two crossed factors: their third-order terms as asked, read by both factors'
+    moves; the fourth-order terms are one factor's."""
     with _crossed_model():
-        with pytest.raises(ValueError, match="'y' has a quadratic predictor or a second, "
-                                             "crossed factor. Use level_cv_order=2"):
-            pms.MHSS(level_cv_order=3)
+        step = pms.MHSS(level_cv_order=3)
+        assert isinstance(step.level_moves.cubic, CrossedCubic)
+        assert step.second_moves.cubic is step.level_moves.cubic
+        with pytest.raises(ValueError, match="level_cv_order=4, but the model has a second, "
+                                             "crossed grouping factor: its fourth-order terms "
+                                             "are for one factor. Use level_cv_order=3"):
+            pms.MHSS(level_cv_order=4)
 
 
 @pytest.mark.slow

@@ -37,11 +37,12 @@ def test_a_thousand_levels_match_nuts(level_cv_order):
                     case=(ROWS, 3, 5), draws=6000)
 
 
-def test_crossed_200_by_50_levels_match_nuts():
+@pytest.mark.parametrize("level_cv_order", [None, 3])
+def test_crossed_200_by_50_levels_match_nuts(level_cv_order):
     model = crossed_model(ROWS, seed=7, groups=ISSUE_27_CROSSED)
     with model:
-        step = pms.MHSS()
-    assert step.second_moves is not None
+        step = pms.MHSS(level_cv_order=level_cv_order)
+    assert step.second_moves is not None and step.level_cv_order == (level_cv_order or 2)
     check_posterior(model, step, "random_effects_crossed_200x50",
                     others=("u", "v", "s_u", "s_v"), max_rows=None, case=(ROWS, 3, 7),
                     draws=3000)

@@ -20,11 +20,12 @@ module (increasing in ``|a|``, ``|a'|``, ``|h|``) give the rate
 
 .. math::
 
-    B_i = \bar c_i\,H_i\,(A_i + A'_i)\ (k = 1),\qquad
-    B_i = \bar c_i\,H_i\,(A_i^2 + A_iA'_i + A_i'^2)\ (k = 2),
+    B_i = \bar c_i\,H_i\sum_{j=0}^{k} A_i^j A_i'^{k-j},
     \qquad \bar c_i = \kappa_k L_k S_i^{k+1},
 
-``A_i, A'_i, H_i`` the linear factors above: symmetric in ``(ψ, ψ')``. Each linear factor is a
+``A_i, A'_i, H_i`` the linear factors above and ``k`` the control variates' order (1, 2, or 3
+with the third-order terms of :mod:`pymc_subsample.model.crossed_cubic`): symmetric in
+``(ψ, ψ')``. Each linear factor is a
 convex combination of its three terms, so it is at most their largest, and at most the
 largest shares times the terms; over the rows of one level ``k`` of a factor that is
 ``max(u, v_k, \max_l w_l)`` (the other factor's largest) and
@@ -44,8 +45,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_subsample.bounds.levels import LEVEL_WEIGHT, ORDER_FACTOR, SHARE_MARGIN
-from pymc_subsample.bounds.remainder import check_order
+from pymc_subsample.bounds.levels import (
+    LEVEL_WEIGHT,
+    ORDER_FACTOR,
+    SHARE_MARGIN,
+    check_level_order,
+    power_sum,
+)
 from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
 __all__ = ["CrossedBound", "CrossedCategoryRates", "CrossedLevelRates", "CrossedRows",
@@ -97,7 +103,7 @@ def crossed_level_rows(order: int, sup: np.ndarray, dense: np.ndarray, first: np
 
     Parameters
     ----------
-    order : {1, 2}
+    order : {1, 2, 3, 4}
     sup : ndarray, shape (n,)
         ``L_k ≥ sup |f^{(k+1)}|`` of each row.
     dense : ndarray, shape (n, d_F)
@@ -107,7 +113,7 @@ def crossed_level_rows(order: int, sup: np.ndarray, dense: np.ndarray, first: np
     dense_weight : float
         ``w_D``.
     """
-    check_order(order)
+    check_level_order(order)
     dense = np.asarray(dense, dtype=np.float64)
     dense_part = np.sqrt(np.einsum("ij,ij->i", dense, dense)) * dense_weight
     one = np.abs(np.asarray(first, dtype=np.float64)) * LEVEL_WEIGHT
@@ -206,9 +212,7 @@ class CrossedBound:
             lin.append(rho * u + sigma * v + tau * w + SHARE_MARGIN * top)
         a, a_new, h = lin
         weights = self.sampler.weights[idx].astype(np.float64)
-        if self.order == 1:
-            return weights * h * (a + a_new)
-        return weights * h * (a * a + a * a_new + a_new * a_new)
+        return weights * h * power_sum(a, a_new, self.order, 1.0, np.multiply)
 
     def envelopes(self, factors: _Factors, factor: int) -> np.ndarray:
         """Per level of ``factor``, a bound on ``B_i / c̄_i`` of its rows: each linear factor
@@ -223,9 +227,7 @@ class CrossedBound:
         # the stored shares' rounding, as in row_rates, and the products'
         top = (np.minimum(top, shares) + SHARE_MARGIN * top) * (1.0 + 2.0 * SHARE_MARGIN)
         a, a_new, h = top
-        if self.order == 1:
-            return h * (a + a_new)
-        return h * (a * a + a * a_new + a_new * a_new)
+        return h * power_sum(a, a_new, self.order, 1.0, np.multiply)
 
     def level_rates(self, psi: np.ndarray, psi_new: np.ndarray, factor: int = 0
                     ) -> CrossedLevelRates:

@@ -63,7 +63,7 @@ from pymc_subsample.bounds.rates import EnvelopeRates
 from pymc_subsample.kernels.indexing import WeightedIndexSampler, round_up_float32
 
 __all__ = ["CategoryRates", "LevelBound", "LevelMoveRates", "LevelRates", "LevelRows",
-           "level_rows", "split_level_rows"]
+           "level_rows", "power_sum", "split_level_rows"]
 
 #: ``κ_k`` of the scalar remainder bounds (module docstring).
 ORDER_FACTOR = {1: 0.5, 2: 1.0 / 6.0, 3: 1.0 / 24.0, 4: 1.0 / 120.0}
@@ -206,7 +206,7 @@ def _poly_product(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return out
 
 
-def _power_sum(a, b, k: int, one, product):
+def power_sum(a, b, k: int, one, product):
     """``Σ_{j=0}^{k} a^j b^{k−j}`` under ``product`` (of polynomials or of arrays), by
     ``S_m = a^m + b S_{m−1}``: ``2k − 1`` products."""
     power, total = a, product(b, one) + a
@@ -293,9 +293,9 @@ class LevelBound:
         # H · Σ_{j=0}^{k} A^j A'^{k−j} as polynomials in ρ (rows: powers of ρ), and its
         # largest value from each factor's largest
         factor_a, factor_b, factor_h = np.stack([a0, a1]), np.stack([b0, b1]), np.stack([h0, h1])
-        total = _power_sum(factor_a, factor_b, self.order, np.ones((1, n_cat)), _poly_product)
+        total = power_sum(factor_a, factor_b, self.order, np.ones((1, n_cat)), _poly_product)
         coefficients = _poly_product(factor_h, total).T.copy()
-        envelope = top[2] * _power_sum(top[0], top[1], self.order, 1.0, np.multiply)
+        envelope = top[2] * power_sum(top[0], top[1], self.order, 1.0, np.multiply)
         return coefficients, envelope
 
     def rates(self, phi: np.ndarray, phi_new: np.ndarray) -> LevelRates:

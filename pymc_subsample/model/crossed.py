@@ -7,25 +7,32 @@ one-hot ``r_i e_{l_i}`` in each row. The Laplace frame stays the arrow of
 :class:`~pymc_subsample.model.frame.LevelFrame` (``v`` in its dense block: memory
 O(G·(d_F + G₂))), but in its whitened coordinates a row is dense over all of ``v``, and the
 level bound's ``‖x̃_{i,D}‖‖φ_D‖`` loses a factor ``√(d_F + G₂)`` against the row's true
-displacement. For the bound, this module whitens each factor's levels against the
-fixed block ``R`` (the fixed coordinates but ``v`` and the coordinates no row reads) alone:
+displacement. For the bound, this module takes from each factor's levels their Laplace
+regression on the fixed block ``R`` (the fixed coordinates but ``v`` and the coordinates no
+row reads), the other factor marginalised:
 
 .. math::
 
-    ψ_{U,k} = D_k^{1/2}δ_{u_k} + D_k^{-1/2}C_{k}^\top δ_R,\quad
-    ψ_{V,l} = E_l^{1/2}δ_{v_l} + E_l^{-1/2}B_{l}^\top δ_R,\quad
+    ψ_{U,k} = D_k^{1/2}δ_{u_k} + D_k^{-1/2}\tilde C_{k}^\top δ_R,\quad
+    ψ_{V,l} = E_l^{1/2}δ_{v_l} + E_l^{-1/2}\tilde B_{l}^\top δ_R,\quad
     ψ_R = K^\top δ_R,
 
-``δ = θ − θ̂``, ``D``, ``E`` the diagonal of the precision ``P`` on ``u`` and ``v``, ``C``,
-``B`` their rows of ``P`` on ``R``, and ``K Kᵀ`` the Laplace marginal precision of ``δ_R``
-(``ψ_R ~ N(0, I)`` under the Laplace approximation). An affine map of ``θ`` like any other:
-``a_i = x_iᵀδ = x̃_iᵀψ`` exactly, with
+``δ = θ − θ̂``, ``D``, ``E`` the diagonal of the precision ``P`` on ``u`` and ``v``,
+``K Kᵀ`` the Laplace marginal precision of ``δ_R`` (``ψ_R ~ N(0, I)`` under the Laplace
+approximation), ``B̃ = −E N`` with ``N = V_{vR}V_{RR}^{-1}`` (``V`` the Laplace covariance of the
+fixed block: ``v``'s regression on ``R``) and ``C̃ = C_R + C_v N`` (``C`` the rows of ``P``
+of the first factor's levels on the fixed block: ``u_k``'s conditional mean given ``R`` and
+``v``, with ``v`` at its regression on ``R``). With order-2 control variates the map takes
+instead each factor's regression conditional on the other, ``C̃ = C_R`` and ``B̃ = B_R`` (``P``'s
+own rows on ``R``), which counts the intercept twice and so bounds less tightly — there, on
+purpose (``marginal`` of :class:`CrossedCoordinates`; ``docs/methods/mhss.md``). An affine map
+of ``θ`` like any other: ``a_i = x_iᵀδ = x̃_iᵀψ`` exactly, with
 
 .. math::
 
     \tilde x_i = \bigl(α_i e_{k_i},\ β_i e_{l_i},\ γ_i\bigr),\quad
     α_i = t_i D_{k_i}^{-1/2},\ β_i = r_i E_{l_i}^{-1/2},\
-    γ_i = K^{-1}\bigl(x_{R,i} − t_i C_{k_i}/D_{k_i} − r_i B_{l_i}/E_{l_i}\bigr),
+    γ_i = K^{-1}\bigl(x_{R,i} − t_i \tilde C_{k_i}/D_{k_i} − r_i \tilde B_{l_i}/E_{l_i}\bigr),
 
 so a row touches two levels and the ``d_R`` fixed coordinates, and
 :mod:`pymc_subsample.bounds.crossed` bounds it (``docs/methods/mhss.md``, "Rows on two crossed
@@ -82,6 +89,12 @@ class CrossedCoordinates:
         The second factor's levels in ``θ``.
     hyper : ndarray of int
         The coordinates no row reads (left out of ``ψ_R``: at ``θ̂`` for the rows).
+    marginal : bool
+        Each factor's regression on ``R`` with the other factor marginalised (the module
+        docstring's ``C̃``, ``B̃``: the tighter bound, for the third-order terms), or, False,
+        conditional on it (``P``'s own rows ``C_R``, ``B_R``: with order-2 control variates a
+        bound closer to their remainders lowers MHSS's acceptance more than it saves rows,
+        ``docs/methods/mhss.md``).
 
     Raises
     ------
@@ -89,7 +102,8 @@ class CrossedCoordinates:
         Where the precision's diagonal on a level is not positive.
     """
 
-    def __init__(self, frame: LevelFrame, second: LevelLayout, hyper: np.ndarray) -> None:
+    def __init__(self, frame: LevelFrame, second: LevelLayout, hyper: np.ndarray,
+                 marginal: bool = True) -> None:
         lay, prec = frame.layout, frame.precision
         fixed = lay.fixed
         in_second = (fixed >= second.start) & (fixed < second.stop)
@@ -102,15 +116,23 @@ class CrossedCoordinates:
         #: ``d_R``
         self.dense_dim = int(self._pos_rest.size)
         self._d1 = prec.diag
-        self._c1 = prec.coupling[:, self._pos_rest]
         self._d2 = np.diag(prec.block)[self._pos2].copy()
-        self._c2 = prec.block[np.ix_(self._pos2, self._pos_rest)]
         if not (np.all(self._d1 > 0.0) and np.all(self._d2 > 0.0)):
             raise ValueError("the precision's diagonal is not positive on every level")
         self._sqrt_d1, self._sqrt_d2 = np.sqrt(self._d1), np.sqrt(self._d2)
-        cov = frame.fixed_covariance()[np.ix_(self._pos_rest, self._pos_rest)]
+        fixed_cov = frame.fixed_covariance()
+        cov = fixed_cov[np.ix_(self._pos_rest, self._pos_rest)]
         # K Kᵀ = (V_RR)⁻¹: L_V L_Vᵀ = V_RR gives K = L_V^{-⊤}, and K⁻¹ = L_Vᵀ
         chol_cov = scipy.linalg.cholesky(cov, lower=True)
+        coupling = prec.coupling
+        if marginal:  # N = V_vR V_RR⁻¹, then C̃ = C_R + C_v N and B̃ = −E N (module docstring)
+            slope2 = scipy.linalg.cho_solve(
+                (chol_cov, True), fixed_cov[np.ix_(self._pos_rest, self._pos2)]).T
+            self._c1 = coupling[:, self._pos_rest] + coupling[:, self._pos2] @ slope2
+            self._c2 = -self._d2[:, None] * slope2
+        else:
+            self._c1 = coupling[:, self._pos_rest]
+            self._c2 = prec.block[np.ix_(self._pos2, self._pos_rest)]
         self._k = scipy.linalg.solve_triangular(chol_cov, np.eye(self.dense_dim), lower=True,
                                                 trans="T")
         self._k_inv_t = chol_cov  # (K⁻¹)ᵀ = L_V: γ_i as a row is g_i L_V
@@ -137,7 +159,20 @@ class CrossedCoordinates:
 
     def rows(self, x: SplitRows) -> tuple[np.ndarray, ...] | None:
         """``(γ, α, k, β, l)`` of split rows (module docstring), or None when a row reads two
-        of the second factor's levels or a held coordinate.
+        of the second factor's levels or a held coordinate."""
+        parts = self.split(x)
+        if parts is None:
+            return None
+        rest, t, level, r, level2 = parts
+        g = (rest - (t / self._d1[level])[:, None] * self._c1[level]
+             - (r / self._d2[level2])[:, None] * self._c2[level2])
+        return (g @ self._k_inv_t, t / self._sqrt_d1[level], level, r / self._sqrt_d2[level2],
+                level2)
+
+    def split(self, x: SplitRows) -> tuple[np.ndarray, ...] | None:
+        """``(x_R, t, k, r, l)`` of split rows: ``η_i − η̂_i = x_{R,i}ᵀδ_R + t_iδ_{u,k_i} +
+        r_iδ_{v,l_i}``, or None when a row reads two of the second factor's levels or a held
+        coordinate.
 
         When the pass kept this factor's columns as each row's level and value
         (:class:`~pymc_subsample.model.levels.SecondLevels`) they are read from there: no
@@ -161,11 +196,28 @@ class CrossedCoordinates:
             # a row on no level of the factor (r = 0) at level 0, as the one-hot block's argmax
             level2 = np.where(r != 0.0, x.second.level, 0)
             rest = x.fixed[:, rest_columns]
-        t, level = x.value, x.level
-        g = (rest - (t / self._d1[level])[:, None] * self._c1[level]
-             - (r / self._d2[level2])[:, None] * self._c2[level2])
-        return (g @ self._k_inv_t, t / self._sqrt_d1[level], level, r / self._sqrt_d2[level2],
-                level2)
+        return rest, x.value, x.level, r, level2
+
+    def deltas(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(δ_R, δ_u, δ_v)`` of ``θ``."""
+        delta = np.asarray(theta, dtype=np.float64) - self.theta_hat
+        lay = self.layout
+        return delta[self._idx_rest], delta[lay.start : lay.stop], delta[self._idx2]
+
+    @property
+    def rest_positions(self) -> np.ndarray:
+        """Where ``R``'s coordinates are in the fixed block (``layout.fixed`` order)."""
+        return self._pos_rest
+
+    @property
+    def second_indices(self) -> np.ndarray:
+        """The second factor's levels in ``θ``."""
+        return self._idx2
+
+    @property
+    def second_positions(self) -> np.ndarray:
+        """Where the second factor's levels are in the fixed block."""
+        return self._pos2
 
     def _second_columns(self, x: SplitRows) -> tuple[np.ndarray, np.ndarray] | None:
         """Where ``R``'s and the held coordinates' columns are in ``x.fixed`` when ``x`` keeps

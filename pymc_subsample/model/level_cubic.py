@@ -41,14 +41,14 @@ from pymc_subsample.model.glm_pass import GLMPass
 from pymc_subsample.model.levels import SplitRows
 
 __all__ = ["LOGIT_FOURTH_SUP", "CubicPass", "LevelCubic", "RecentByDelta", "level_cubic",
-           "refusal", "summed_pass"]
+           "level_cubic_change", "logit_third", "newton_update", "refusal", "summed_pass"]
 
 #: ``sup |f⁗|`` of ``f(η) = yη − log(1 + e^η)``: ``f⁗ = −p(1−p)(1 − 6p + 6p²)``, largest at
 #: ``p = 1/2`` (``1/8``), ``p(1−p)|1 − 6p(1−p)| ≤ 1/8`` everywhere.
 LOGIT_FOURTH_SUP = 0.125
 
 
-def _logit_third(eta: np.ndarray) -> np.ndarray:
+def logit_third(eta: np.ndarray) -> np.ndarray:
     """``f‴(η) = −p(1 − p)(1 − 2p)``, ``p = σ(η)``, of the logistic log-likelihood."""
     p = expit(eta)
     return -p * (1.0 - p) * (1.0 - 2.0 * p)
@@ -115,9 +115,8 @@ class LevelCubic:
         ``θ_F`` held: what stage 1 adds to the order-2 control variates."""
         w, v = self.level_coefficients(theta)
         lv = slice(self.layout.start, self.layout.stop)
-        d0, d1 = theta[lv] - self._theta_hat[lv], x_new - self._theta_hat[lv]
-        return (3.0 * w * (d1 - d0) + 3.0 * v * (d1 * d1 - d0 * d0)
-                + self.t_sum * (d1 * d1 * d1 - d0 * d0 * d0)) / 6.0
+        return level_cubic_change(w, v, self.t_sum, theta[lv] - self._theta_hat[lv],
+                                  x_new - self._theta_hat[lv])
 
     def cubic(self, theta: np.ndarray) -> float:
         """``Σ_i f‴_i a_i³`` over all rows at ``θ`` (module docstring; ``O(G d_F²)``)."""
@@ -130,7 +129,8 @@ class LevelCubic:
 
     def total_terms(self, theta: np.ndarray, theta_new: np.ndarray) -> float:
         """``(1/6)Σ_i f‴_i(a'_i³ − a_i³)`` over all rows, for any move ``θ → θ'``."""
-        return (self.cubic(theta_new) - self.cubic(theta)) / 6.0
+        before = self.cubic(theta)  # first: the current point, which the next move asks again
+        return (self.cubic(theta_new) - before) / 6.0
 
     def newton(self, theta: np.ndarray, mean: np.ndarray, precision: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -138,12 +138,8 @@ class LevelCubic:
         cubic terms given ``θ_F`` (a function of ``θ_F`` only, so still one fixed proposal
         density per level); levels where the precision would not stay positive keep theirs."""
         lv = slice(self.layout.start, self.layout.stop)
-        slope, curve = self.level_slope_curve(theta, mean - self._theta_hat[lv])
-        new_precision = precision - curve
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            ok = (new_precision > 0.0) & np.isfinite(new_precision) & np.isfinite(slope)
-            new_mean = np.where(ok, mean + slope / new_precision, mean)
-        return new_mean, np.where(ok, new_precision, precision)
+        return newton_update(mean, precision,
+                             *self.level_slope_curve(theta, mean - self._theta_hat[lv]))
 
     def level_slope_curve(self, theta: np.ndarray, d: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray]:
@@ -172,11 +168,32 @@ class LevelCubic:
     def _row_polynomial(self, eta_hat: np.ndarray, a: np.ndarray, a_new: np.ndarray
                         ) -> np.ndarray:
         """The rows' terms of order 3 and up from their ``η̂_i``, ``a_i``, ``a'_i``, untempered."""
-        return _logit_third(eta_hat) * (a_new * a_new * a_new - a * a * a) / 6.0
+        return logit_third(eta_hat) * (a_new * a_new * a_new - a * a * a) / 6.0
 
 
-def refusal(data_pass) -> str | None:
-    """Why the rows have no level terms of order 3 and up (``None``: they have)."""
+def level_cubic_change(w: np.ndarray, v: np.ndarray, t: np.ndarray, d0: np.ndarray,
+                       d1: np.ndarray) -> np.ndarray:
+    """``(3w(d₁ − d₀) + 3v(d₁² − d₀²) + t(d₁³ − d₀³))/6`` per level: the cubic terms' change
+    of a level's move ``d₀ → d₁`` with coefficients ``(w, v)`` and ``T = t``."""
+    return (3.0 * w * (d1 - d0) + 3.0 * v * (d1 * d1 - d0 * d0)
+            + t * (d1 * d1 * d1 - d0 * d0 * d0)) / 6.0
+
+
+def newton_update(mean: np.ndarray, precision: np.ndarray, slope: np.ndarray,
+                  curve: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A Gaussian proposal's ``(mean, precision)`` after one Newton step on terms of slope
+    ``slope`` and second derivative ``curve`` at ``mean``; levels where the precision would not
+    stay positive keep theirs."""
+    new_precision = precision - curve
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        ok = (new_precision > 0.0) & np.isfinite(new_precision) & np.isfinite(slope)
+        new_mean = np.where(ok, mean + slope / new_precision, mean)
+    return new_mean, np.where(ok, new_precision, precision)
+
+
+def refusal(data_pass, *, crossed: bool = False) -> str | None:
+    """Why the rows have no level terms of order 3 and up (``None``: they have); ``crossed``:
+    the terms of rows on two crossed factors (:mod:`pymc_subsample.model.crossed_cubic`)."""
     if not isinstance(data_pass, GLMPass) or data_pass.levels is None:
         return "the rows are not one GLM predictor split by level"
     if len(data_pass.terms) != 1:
@@ -185,9 +202,10 @@ def refusal(data_pass) -> str | None:
     if term.family.name != "bernoulli_logit":
         return (f"observed variable '{term.name}' is {term.family.name}: the higher-derivative "
                 "bounds are the logistic family's (bernoulli_logit) only")
-    if term.curvature is not None or term.split.second_columns is not None:
-        return (f"observed variable '{term.name}' has a quadratic predictor or a second, "
-                "crossed factor")
+    if term.curvature is not None:
+        return f"observed variable '{term.name}' has a quadratic predictor"
+    if not crossed and term.split.second_columns is not None:
+        return f"observed variable '{term.name}' has a second, crossed factor"
     return None
 
 
@@ -250,7 +268,7 @@ class CubicPass:
         """``(Σ_i |x_{F,i}|, T_k, V_k, W_k, E)`` of the block's rows (the first: which fixed
         coordinates the rows read)."""
         g = self._frame.layout.n_levels
-        f3 = _logit_third(eta_hat) / temperature
+        f3 = logit_third(eta_hat) / temperature
         xf, t, level = x.fixed_block(), x.value, x.level
         d_f = xf.shape[1]
         w = np.empty((g, d_f, d_f))

@@ -16,6 +16,10 @@ elementwise (:class:`~pymc_subsample.model.levels.LevelPrior`) and each row read
 - *stage 2*: Poisson thinning of its own rows with the crossed bound's rates
   (:class:`~pymc_subsample.bounds.crossed.CrossedLevelRates`), or all its rows where they
   reach their number.
+
+With the rows' third-order terms (:class:`~pymc_subsample.model.crossed_cubic.CrossedCubic`)
+the proposal takes one Newton step on the level's cubic, stage 1 adds the cubic's change and
+stage 2 bounds the order-3 remainders.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from pymc_subsample.model.crossed import (
     second_factor,
     splits_one_predictor,
 )
+from pymc_subsample.model.crossed_cubic import CrossedCubic, crossed_cubic
+from pymc_subsample.model.level_cubic import refusal as cubic_refusal
 from pymc_subsample.model.levels import LevelHessian, LevelPrior
 from pymc_subsample.steps.level_moves import LevelSweep, level_stage_one
 
@@ -53,11 +59,16 @@ class SecondFactorMoves:
     hess_sum : LevelHessian
         ``Σ_i ∇²ℓ_i(θ̂)`` (the first factor split, the second in its fixed block).
     order : {1, 2}
+        The control variates' order without ``cubic``.
+    cubic : CrossedCubic, optional
+        The rows' third-order terms and their bound (which then replaces ``bound``).
     """
 
     def __init__(self, coords: CrossedCoordinates, prior: LevelPrior, bound: CrossedBound,
-                 grad_sum: np.ndarray, hess_sum: LevelHessian, order: int) -> None:
-        self.coords, self.prior, self.bound, self.order = coords, prior, bound, order
+                 grad_sum: np.ndarray, hess_sum: LevelHessian, order: int,
+                 cubic: CrossedCubic | None = None) -> None:
+        self.coords, self.prior, self.order, self.cubic = coords, prior, order, cubic
+        self.bound = bound if cubic is None else cubic.bound
         lay, second = coords.layout, coords.second
         self._levels = slice(second.start, second.stop)
         self._first = slice(lay.start, lay.stop)
@@ -100,6 +111,8 @@ class SecondFactorMoves:
         """Every level's proposal ``v'_l`` and its ``log q(v_l) − log q(v'_l)``."""
         x = theta[self._levels]
         mean, precision = self.conditional_gaussian(theta, self._held_sum(theta))
+        if self.cubic is not None:
+            mean, precision = self.cubic.second_newton(theta, mean, precision)
         x_new = mean + rng.standard_normal(self.n_levels) / np.sqrt(precision)
         return x_new, 0.5 * precision * ((x_new - mean) ** 2 - (x - mean) ** 2)
 
@@ -118,9 +131,18 @@ class SecondFactorMoves:
         start = self.coords.n_levels
         psi_new[start : start + g] += self.coords.second_scale * step
         rates = self.bound.level_rates(psi, psi_new, factor=1)
-        info = mhss_accept_levels(
-            log_alpha1, rates, remainder=lambda idx: remainder(theta, theta_new, idx),
-            rng_index=rng_index, rng_accept=rng_accept)
+        cubic = self.cubic
+        if cubic is not None:
+            log_alpha1 = log_alpha1 + cubic.second_level_terms(theta, x_new)
+
+            def xi(idx: np.ndarray) -> np.ndarray:
+                return (remainder(theta, theta_new, idx)
+                        - cubic.row_terms(theta, theta_new, idx))
+        else:
+            def xi(idx: np.ndarray) -> np.ndarray:
+                return remainder(theta, theta_new, idx)
+        info = mhss_accept_levels(log_alpha1, rates, remainder=xi, rng_index=rng_index,
+                                  rng_accept=rng_accept)
         out = theta.copy()
         out[lv] = np.where(info.accepted, x_new, x)
         return LevelSweep(out, info, np.ones(g, dtype=bool))
@@ -136,17 +158,21 @@ class SecondFactorMoves:
 
 
 class CrossedLevels:
-    """What a step with a second factor uses: the bound's coordinates, the bound and the
-    second factor's moves."""
+    """What a step with a second factor uses: the bound's coordinates, the bound, the second
+    factor's moves and, at order 3, the rows' third-order terms (whose bound ``bound`` is)."""
 
     def __init__(self, coords: CrossedCoordinates, bound: CrossedBound,
-                 moves: SecondFactorMoves) -> None:
-        self.coords, self.bound, self.moves = coords, bound, moves
+                 moves: SecondFactorMoves, cubic: CrossedCubic | None) -> None:
+        self.coords, self.bound, self.moves, self.cubic = coords, bound, moves, cubic
 
 
-def crossed_levels(step, frame, hyper: np.ndarray) -> CrossedLevels | str:
+def crossed_levels(step, frame, hyper: np.ndarray, asked: int | None) -> CrossedLevels | str:
     """The crossed structure of an MHSS step under construction (its level moves found), or
-    why there is none (for the log). One more pass over the data (the rows' pieces)."""
+    why there is none (for the log). One more pass over the data (the rows' pieces, or the
+    third-order terms'). ``asked`` is the step's ``level_cv_order``: the third-order terms
+    where it is 3, or None and they apply to rows read from Zarr or Dask chunks (in memory
+    order 2 read more rows in less time, ``docs/benchmarks.md``); a ``ValueError`` where it
+    asks for what cannot be."""
     lik, cv = step.likelihood, step.control_variate
     if math.isfinite(step.region_radius) or not splits_one_predictor(step._reference_pass):
         return ("the rows are not one affine predictor split by level, or the family's bound "
@@ -157,14 +183,35 @@ def crossed_levels(step, frame, hyper: np.ndarray) -> CrossedLevels | str:
     prior = LevelPrior.build(lik, second)
     if prior is None:
         return "the second factor's prior is not elementwise given the other parameters"
+    if asked == 4:
+        raise ValueError("level_cv_order=4, but the model has a second, crossed grouping "
+                         "factor: its fourth-order terms are for one factor. Use "
+                         "level_cv_order=3 or None.")
+    third = asked == 3 or (asked is None and step.cv_order == 2 and not lik.rows_in_memory)
+    why = cubic_refusal(step._reference_pass, crossed=True) if third else None
+    if why is not None and asked == 3:
+        raise ValueError(f"level_cv_order=3, but {why}. Use level_cv_order=2.")
+    third = third and why is None
     try:
-        coords = CrossedCoordinates(frame, second, hyper)
+        coords = CrossedCoordinates(frame, second, hyper, marginal=third)
     except (ValueError, np.linalg.LinAlgError) as err:
         return f"no coordinates for the bound ({err})"
-    rows = crossed_rows(step._reference_pass, coords, step.theta_hat, step.cv_order)
-    step.setup_profile["full_data_passes"] += 1  # (a part of one where it stops early)
-    if rows is None:
-        return "a row reads two levels of the second factor"
-    bound = CrossedBound(rows, coords.dense_dim)
-    moves = SecondFactorMoves(coords, prior, bound, cv.grad_sum, cv.hess_sum, step.cv_order)
-    return CrossedLevels(coords, bound, moves)
+    cubic = None
+    if third:
+        try:
+            cubic = crossed_cubic(step._reference_pass, coords)
+        except ValueError:
+            return "a row reads two levels of the second factor"
+        finally:
+            step.setup_profile["full_data_passes"] += 1
+    if cubic is None:
+        rows = crossed_rows(step._reference_pass, coords, step.theta_hat, step.cv_order)
+        step.setup_profile["full_data_passes"] += 1  # (a part of one where it stops early)
+        if rows is None:
+            return "a row reads two levels of the second factor"
+        bound = CrossedBound(rows, coords.dense_dim)
+    else:
+        bound = cubic.bound
+    moves = SecondFactorMoves(coords, prior, bound, cv.grad_sum, cv.hess_sum, step.cv_order,
+                              cubic)
+    return CrossedLevels(coords, bound, moves, cubic)

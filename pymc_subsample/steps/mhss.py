@@ -111,11 +111,12 @@ class MHSS(SubsamplingStep):
         the moves that read rows (the levels', the fixed block's and the scale's): 3 adds the
         rows' third-order terms from per-level sums, 4 their fourth-order terms too (a pass
         over the data at setup, in place of the one for the fixed block's proposal; logistic
-        rows of one factor only; ``docs/methods/mhss.md``, "Third-order terms for the level
-        moves" and the next section). ``None`` (default): wherever they apply, 4 for many
-        levels of few rows each (``G² ≥ 30 N``, :data:`QUARTIC_FROM`) or rows read from Zarr
-        or Dask, and 3 for the others; else 2. The order used is :attr:`level_cv_order` after
-        construction.
+        rows of one factor, or at 3 of two crossed factors; ``docs/methods/mhss.md``,
+        "Third-order terms for the level moves", the next section and "Third-order terms on
+        two crossed factors"). ``None`` (default): wherever they apply, on one factor 4 for
+        many levels of few rows each (``G² ≥ 30 N``, :data:`QUARTIC_FROM`) or rows read from
+        Zarr or Dask and 3 for the others, on two crossed factors 3 for rows read from Zarr
+        or Dask; else 2. The order used is :attr:`level_cv_order` after construction.
     **kwargs
         ``temperature``, ``proposal`` (default ``"pcn"``), ``map_point``, ``proposal_cov``,
         ``scaling`` (the proposal's parameter: ``ρ``, default 0.5, for pCN), ``target_accept``
@@ -275,18 +276,16 @@ class MHSS(SubsamplingStep):
         self.laplace_centre = self.setup.laplace_centre = frame.whiten(self.reference.mode)
 
         # the higher-order terms extend order-2 control variates (asked for 3 or 4: checked
-        # above); asked for, they are built first, so that a refusal names the rows' reason
+        # above), by default wherever they apply; a refusal of the asked ones names the
+        # rows' reason
         asked = self._asked_level_cv_order
-        higher = self._level_cubic(frame, hyper) if asked in (3, 4) else None
-        crossed = crossed_levels(self, frame, hyper)
+        crossed = crossed_levels(self, frame, hyper, asked)
         if isinstance(crossed, str):
             _log.debug("no second factor: %s", crossed)
-            if asked is None and self.cv_order == 2:  # the default: wherever they apply
-                higher = self._level_cubic(frame, hyper)
-        elif asked in (3, 4):
-            raise ValueError(f"level_cv_order={asked}, but the model has a second, crossed "
-                             "grouping factor: the higher-order level terms are for one "
-                             "factor. Use level_cv_order=2.")
+            higher = (self._level_cubic(frame, hyper)
+                      if asked in (3, 4) or (asked is None and self.cv_order == 2) else None)
+        else:
+            higher = crossed.cubic
         self.level_moves = LevelMoves(
             frame, found.prior, LevelBound(rows, lik.dim), self.control_variate.grad_sum,
             self.control_variate.hess_sum, self.cv_order, self.laplace_centre,
