@@ -79,6 +79,26 @@ class FactorSums:
         return FactorSums(self.t + other.t, self.v + other.v, self.w + other.w)
 
 
+class _LevelSums:
+    """Per-level sums of values given per cell, over each level's cells in one contiguous
+    run (``np.add.reduceat``: the cells come sorted by the first factor's level)."""
+
+    def __init__(self, level: np.ndarray, n_levels: int) -> None:
+        order = np.argsort(level, kind="stable")
+        self._order = None if np.all(order[1:] > order[:-1]) else order
+        runs = level[order]
+        self._starts = np.flatnonzero(np.r_[True, runs[1:] != runs[:-1]]) if runs.size else (
+            np.zeros(0, dtype=np.int64))
+        self._levels, self._n_levels = runs[self._starts], n_levels
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        out = np.zeros(self._n_levels)
+        if self._starts.size:
+            out[self._levels] = np.add.reduceat(
+                values if self._order is None else values[self._order], self._starts)
+        return out
+
+
 class _QuadraticForms:
     """``δᵀW_kδ`` of symmetric ``W_k``, each pair of coordinates once (half the numbers an
     iteration reads)."""
@@ -162,6 +182,8 @@ class CrossedCubic(LevelCubic):
         v_sum[:, coords.rest_positions] = first.v
         np.add.at(v_sum, (cells.first, coords.second_positions[cells.second]), cells.p)
         self.v_sum = v_sum
+        self._by_level = (_LevelSums(cells.first, coords.n_levels),
+                          _LevelSums(cells.second, coords.n_levels2))
         self._quadratic = _QuadraticForms(first.w)
         self._quadratic2 = _QuadraticForms(second.w)
         # each computed for the two points asked most recently (a move asks at both ends)
@@ -182,14 +204,14 @@ class CrossedCubic(LevelCubic):
         quad, lin, quad2, lin2, sd = self._of_rest(key[:d_r])
         cells = self.cells
         if factor == 0:
-            own, held, square, line = cells.first, cells.second, cells.q, cells.p
-            g = self.coords.n_levels
+            held, square, line = cells.second, cells.q, cells.p
         else:
-            own, held, square, line = cells.second, cells.first, cells.p, cells.q
-            quad, lin, g = quad2, lin2, self.coords.n_levels2
+            held, square, line = cells.first, cells.p, cells.q
+            quad, lin = quad2, lin2
         other = key[d_r:][held]
-        return (quad + np.bincount(own, other * (2.0 * sd + square * other), minlength=g),
-                lin + np.bincount(own, line * other, minlength=g))
+        by_level = self._by_level[factor]
+        return (quad + by_level(other * (2.0 * sd + square * other)),
+                lin + by_level(line * other))
 
     def level_coefficients(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(A_k, B_k)`` of the first factor's levels (module docstring): functions of
@@ -208,15 +230,15 @@ class CrossedCubic(LevelCubic):
         return self._recent_cubic(np.concatenate(self.coords.deltas(theta)))
 
     def _cubic(self, key: np.ndarray) -> float:
+        # the cells' terms through the first factor's (A_k, B_k) at (δ_R, V), which the
+        # moves of its levels then find computed: 3Σ U_kA_k + 3Σ U_k²B_k holds them all
         d_r, g = self.first.v.shape[1], self.coords.n_levels
         d, u, v = key[:d_r], key[d_r : d_r + g], key[d_r + g :]
-        quad, lin, quad2, lin2, sd = self._of_rest(d)
-        cells = self.cells
-        uk, vl = u[cells.first], v[cells.second]
+        a, b = self._recent(np.concatenate([d, v]))
+        _, _, quad2, lin2, _ = self._of_rest(d)
         return float(((self.e_sum @ d) @ d) @ d
-                     + 3.0 * (u @ quad + v @ quad2 + (u * u) @ lin + (v * v) @ lin2)
-                     + self.first.t @ (u * u * u) + self.second.t @ (v * v * v)
-                     + (uk * vl) @ (6.0 * sd + 3.0 * (cells.p * uk + cells.q * vl)))
+                     + 3.0 * (u @ a + (u * u) @ b + v @ quad2 + (v * v) @ lin2)
+                     + self.first.t @ (u * u * u) + self.second.t @ (v * v * v))
 
     def second_level_terms(self, theta: np.ndarray, x_new: np.ndarray) -> np.ndarray:
         """``(1/6)Σ_{i∈l} f‴_i(a'_i³ − a_i³)`` of the moves ``v_l → x_new[l]`` of every level
