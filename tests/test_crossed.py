@@ -23,6 +23,7 @@ from scipy.special import expit
 
 import pymc_subsample as pms
 from pymc_subsample.bounds import CrossedBound, CrossedRows, crossed_level_rows, family
+from pymc_subsample.model.crossed_cubic import CellSums
 from pymc_subsample.model.level_cubic import LOGIT_FOURTH_SUP
 from pymc_subsample.model.levels import SplitRows
 from pymc_subsample.steps.crossed_moves import SecondFactorMoves
@@ -152,14 +153,13 @@ def _remainder(step):
     return lambda t, t_new, idx: order2(t, t_new, idx) - cubic.row_terms(t, t_new, idx)
 
 
+@pytest.mark.parametrize("crossed_step", [3], indirect=True, ids=["order3"])
 def test_crossed_third_order_sums_give_the_rows_cubic(crossed_step):
     """``Σ f‴_i a_i³`` over all rows, each level's change in a move of either factor's
     levels, and the rows' own terms, from the per-level and per-cell sums, against the rows'
     ``f‴(η̂_i)a_i³`` directly."""
     _, step = crossed_step
     cubic = step.level_moves.cubic
-    if cubic is None:
-        pytest.skip("order 2: no third-order terms")
     every = np.arange(step.likelihood.n_rows)
     _, (piece,) = step._reference_pass.rows(step.theta_hat, every, check=False)
     x, eta_hat = piece[0], piece[4]
@@ -182,6 +182,26 @@ def test_crossed_third_order_sums_give_the_rows_cubic(crossed_step):
             want = np.bincount(level, row, minlength=levels.stop - levels.start)
             np.testing.assert_allclose(terms(theta, theta_new[levels]), want, rtol=1e-9,
                                        atol=1e-13)
+
+
+def test_cell_sums_of_blocks_merge_to_the_sums_of_all_rows():
+    """The pass's per-block cell sums (a cell's rows in several blocks) merged: the sums over
+    all rows at once, cell for cell."""
+    rng = np.random.default_rng(5)
+    n, g2 = 5000, 7
+    level, level2 = rng.integers(0, 30, n), rng.integers(0, g2, n)
+    t, r, f3 = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    rest = rng.normal(size=(n, 3))
+    cell = level * g2 + level2
+    whole = CellSums.of(cell, g2, t, r, f3, rest)
+    blocks = [CellSums.of(cell[i], g2, t[i], r[i], f3[i], rest[i])
+              for i in np.array_split(rng.permutation(n), 4)]
+    merged = CellSums.merged(blocks, g2)
+    for name in ("first", "second"):
+        np.testing.assert_array_equal(getattr(merged, name), getattr(whole, name))
+    for name in ("s", "p", "q"):
+        np.testing.assert_allclose(getattr(merged, name), getattr(whole, name), rtol=1e-12,
+                                   atol=1e-12)
 
 
 def test_crossed_coordinates_give_every_rows_displacement(crossed_step):

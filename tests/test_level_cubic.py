@@ -325,17 +325,20 @@ def _crossed_arrays() -> dict[str, np.ndarray]:
     return {"X": X, "group": group, "group2": group2, "y": y}
 
 
-def _crossed_model(data=None) -> pm.Model:
+def _crossed_model(data=None, probit: bool = False) -> pm.Model:
     """:func:`_crossed_arrays`' model (or ``data``'s: the same names, each read through
-    ``pms.Data``)."""
+    ``pms.Data``), logistic or probit."""
     with pm.Model() as model:
         data = (_crossed_arrays() if data is None
                 else {name: pms.Data(name, values) for name, values in data.items()})
         b = pm.Normal("b", 0.0, 10.0, shape=3)
         u = pm.Normal("u", 0.0, pm.HalfNormal("s", 1.0), shape=100)
         v = pm.Normal("v", 0.0, pm.HalfNormal("s2", 1.0), shape=20)
-        pm.Bernoulli("y", logit_p=data["X"] @ b + u[data["group"]] + v[data["group2"]],
-                     observed=data["y"])
+        eta = data["X"] @ b + u[data["group"]] + v[data["group2"]]
+        if probit:
+            pm.Bernoulli("y", p=pm.math.invprobit(eta), observed=data["y"])
+        else:
+            pm.Bernoulli("y", logit_p=eta, observed=data["y"])
     return model
 
 
@@ -356,7 +359,8 @@ def test_crossed_third_order_terms_by_default_for_rows_from_zarr(tmp_path):
 
 def test_level_cv_order_on_crossed_factors():
     """Rows on two crossed factors: their third-order terms as asked, read by both factors'
-    moves; the fourth-order terms are one factor's."""
+    moves; the fourth-order terms are one factor's; probit rows have none (the reason named,
+    and order 2 by default)."""
     with _crossed_model():
         step = pms.MHSS(level_cv_order=3)
         assert isinstance(step.level_moves.cubic, CrossedCubic)
@@ -365,6 +369,12 @@ def test_level_cv_order_on_crossed_factors():
                                              "crossed grouping factor: its fourth-order terms "
                                              "are for one factor. Use level_cv_order=3"):
             pms.MHSS(level_cv_order=4)
+    with _crossed_model(probit=True):
+        assert pms.MHSS().level_cv_order == 2
+        with pytest.raises(ValueError, match="level_cv_order=3, but observed variable 'y' is "
+                                             "bernoulli_probit: the higher-derivative bounds "
+                                             "are the logistic family's"):
+            pms.MHSS(level_cv_order=3)
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ from pymc_subsample.model.level_cubic import (
     newton_update,
 )
 
-__all__ = ["CrossedCubic", "CrossedCubicPass", "crossed_cubic"]
+__all__ = ["CellSums", "CrossedCubic", "CrossedCubicPass", "FactorSums", "crossed_cubic"]
 
 
 @dataclass(frozen=True)
@@ -140,8 +140,8 @@ class CellSums:
         cell = np.concatenate([c.first * n_levels2 + c.second for c in parts])
         ids, inverse = np.unique(cell, return_inverse=True)
         n = ids.size
-        s = np.zeros((n, parts[0].s.shape[1]))
-        np.add.at(s, inverse, np.concatenate([c.s for c in parts]))
+        s = weighted_level_sums(inverse, np.ones(inverse.size),
+                                np.concatenate([c.s for c in parts]), n)
         return CellSums(ids // n_levels2, ids % n_levels2, s,
                         np.bincount(inverse, np.concatenate([c.p for c in parts]), minlength=n),
                         np.bincount(inverse, np.concatenate([c.q for c in parts]), minlength=n))
