@@ -149,20 +149,20 @@ class CrossedCoordinates:
 
     def point(self, theta: np.ndarray) -> np.ndarray:
         """``ψ(θ)``, shape ``(G + G₂ + d_R,)``: O((G + G₂)·d_R)."""
-        delta = np.asarray(theta, dtype=np.float64) - self.theta_hat
-        rest = delta[self._idx_rest]
-        lay = self.layout
+        rest, first, second = self.deltas(theta)
         return np.concatenate([
-            self._sqrt_d1 * delta[lay.start : lay.stop] + (self._c1 @ rest) / self._sqrt_d1,
-            self._sqrt_d2 * delta[self._idx2] + (self._c2 @ rest) / self._sqrt_d2,
+            self._sqrt_d1 * first + (self._c1 @ rest) / self._sqrt_d1,
+            self._sqrt_d2 * second + (self._c2 @ rest) / self._sqrt_d2,
             self._k.T @ rest])
 
     def rows(self, x: SplitRows) -> tuple[np.ndarray, ...] | None:
         """``(γ, α, k, β, l)`` of split rows (module docstring), or None when a row reads two
         of the second factor's levels or a held coordinate."""
         parts = self.split(x)
-        if parts is None:
-            return None
+        return None if parts is None else self.whitened(parts)
+
+    def whitened(self, parts: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """``(γ, α, k, β, l)`` of the rows :meth:`split` gave ``parts``."""
         rest, t, level, r, level2 = parts
         g = (rest - (t / self._d1[level])[:, None] * self._c1[level]
              - (r / self._d2[level2])[:, None] * self._c2[level2])

@@ -41,14 +41,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_subsample.bounds import CrossedBound, CrossedRows, crossed_level_rows
-from pymc_subsample.kernels.gram import weighted_gram, weighted_level_sums
+from pymc_subsample.kernels.gram import weighted_level_sums
 from pymc_subsample.model.crossed import CrossedCoordinates
 from pymc_subsample.model.glm_pass import GLMPass
 from pymc_subsample.model.level_cubic import (
     LOGIT_FOURTH_SUP,
     LevelCubic,
     RecentByDelta,
+    cubic_moment,
     level_cubic_change,
+    level_cubic_sums,
     logit_third,
     newton_update,
 )
@@ -68,12 +70,7 @@ class FactorSums:
     def of(level: np.ndarray, s: np.ndarray, f3: np.ndarray, rest: np.ndarray,
            n_levels: int) -> FactorSums:
         """The sums of rows on ``level`` with values ``s`` (``t`` or ``r``)."""
-        d = rest.shape[1]
-        w = np.empty((n_levels, d, d))
-        for j in range(d):
-            w[:, j, :] = weighted_level_sums(level, f3 * s * rest[:, j], rest, n_levels)
-        return FactorSums(np.bincount(level, f3 * s * s * s, minlength=n_levels),
-                          weighted_level_sums(level, f3 * s * s, rest, n_levels), w)
+        return FactorSums(*level_cubic_sums(level, s, f3, rest, n_levels))
 
     def __add__(self, other: FactorSums) -> FactorSums:
         return FactorSums(self.t + other.t, self.v + other.v, self.w + other.w)
@@ -306,14 +303,11 @@ class CrossedCubicPass:
         rest, t, level, r, level2 = parts
         temperature = self._pass.lik.temperature
         f3 = logit_third(eta_hat) / temperature
-        e_sum = np.empty((rest.shape[1],) * 2 + (rest.shape[1],))
-        for j in range(rest.shape[1]):
-            e_sum[j] = weighted_gram(rest, f3 * rest[:, j])
         sums = (FactorSums.of(level, t, f3, rest, coords.n_levels),
                 FactorSums.of(level2, r, f3, rest, coords.n_levels2),
                 CellSums.of(level.astype(np.int64) * coords.n_levels2 + level2,
-                            coords.n_levels2, t, r, f3, rest), e_sum)
-        dense, alpha, _, beta, _ = coords.rows(x)
+                            coords.n_levels2, t, r, f3, rest), cubic_moment(rest, f3))
+        dense, alpha, _, beta, _ = coords.whitened(parts)
         sup = np.full(chunk.size, LOGIT_FOURTH_SUP / temperature)
         return sums, crossed_level_rows(3, sup, dense, alpha, level, beta, level2,
                                         float(np.sqrt(max(coords.dense_dim, 1))))

@@ -40,8 +40,9 @@ from pymc_subsample.model.frame import LevelFrame
 from pymc_subsample.model.glm_pass import GLMPass
 from pymc_subsample.model.levels import SplitRows
 
-__all__ = ["LOGIT_FOURTH_SUP", "CubicPass", "LevelCubic", "RecentByDelta", "level_cubic",
-           "level_cubic_change", "logit_third", "newton_update", "refusal", "summed_pass"]
+__all__ = ["LOGIT_FOURTH_SUP", "CubicPass", "LevelCubic", "RecentByDelta", "cubic_moment",
+           "level_cubic", "level_cubic_change", "level_cubic_sums", "logit_third",
+           "newton_update", "refusal", "summed_pass"]
 
 #: ``sup |f⁗|`` of ``f(η) = yη − log(1 + e^η)``: ``f⁗ = −p(1−p)(1 − 6p + 6p²)``, largest at
 #: ``p = 1/2`` (``1/8``), ``p(1−p)|1 − 6p(1−p)| ≤ 1/8`` everywhere.
@@ -267,17 +268,32 @@ class CubicPass:
              ) -> tuple[np.ndarray, ...]:
         """``(Σ_i |x_{F,i}|, T_k, V_k, W_k, E)`` of the block's rows (the first: which fixed
         coordinates the rows read)."""
-        g = self._frame.layout.n_levels
         f3 = logit_third(eta_hat) / temperature
-        xf, t, level = x.fixed_block(), x.value, x.level
-        d_f = xf.shape[1]
-        w = np.empty((g, d_f, d_f))
-        e = np.empty((d_f, d_f, d_f))
-        for j in range(d_f):
-            w[:, j, :] = weighted_level_sums(level, f3 * t * xf[:, j], xf, g)
-            e[j] = weighted_gram(xf, f3 * xf[:, j])
-        return (np.abs(xf).sum(axis=0), np.bincount(level, f3 * t * t * t, minlength=g),
-                weighted_level_sums(level, f3 * t * t, xf, g), w, e)
+        xf = x.fixed_block()
+        return (np.abs(xf).sum(axis=0),
+                *level_cubic_sums(x.level, x.value, f3, xf, self._frame.layout.n_levels),
+                cubic_moment(xf, f3))
+
+
+def level_cubic_sums(level: np.ndarray, s: np.ndarray, f3: np.ndarray, x: np.ndarray,
+                     n_levels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(T_k, V_k, W_k) = (Σ f‴s³, Σ f‴s²x, Σ f‴s x xᵀ)`` over each level's rows (``s`` the
+    rows' value on their level): shapes ``(G,)``, ``(G, d)``, ``(G, d, d)``."""
+    d = x.shape[1]
+    w = np.empty((n_levels, d, d))
+    for j in range(d):
+        w[:, j, :] = weighted_level_sums(level, f3 * s * x[:, j], x, n_levels)
+    return (np.bincount(level, f3 * s * s * s, minlength=n_levels),
+            weighted_level_sums(level, f3 * s * s, x, n_levels), w)
+
+
+def cubic_moment(x: np.ndarray, f3: np.ndarray) -> np.ndarray:
+    """``E = Σ_i f‴_i x_i^{⊗3}``, shape ``(d, d, d)``."""
+    d = x.shape[1]
+    e = np.empty((d, d, d))
+    for j in range(d):
+        e[j] = weighted_gram(x, f3 * x[:, j])
+    return e
 
 
 class RecentByDelta:

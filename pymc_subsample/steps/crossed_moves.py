@@ -61,14 +61,14 @@ class SecondFactorMoves:
     order : {1, 2}
         The control variates' order without ``cubic``.
     cubic : CrossedCubic, optional
-        The rows' third-order terms and their bound (which then replaces ``bound``).
+        The rows' third-order terms (``bound`` then their bound, ``cubic.bound``).
     """
 
     def __init__(self, coords: CrossedCoordinates, prior: LevelPrior, bound: CrossedBound,
                  grad_sum: np.ndarray, hess_sum: LevelHessian, order: int,
                  cubic: CrossedCubic | None = None) -> None:
-        self.coords, self.prior, self.order, self.cubic = coords, prior, order, cubic
-        self.bound = bound if cubic is None else cubic.bound
+        self.coords, self.prior, self.bound = coords, prior, bound
+        self.order, self.cubic = order, cubic
         lay, second = coords.layout, coords.second
         self._levels = slice(second.start, second.stop)
         self._first = slice(lay.start, lay.stop)
