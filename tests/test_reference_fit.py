@@ -12,6 +12,7 @@ from pymc_subsample.model.prior_hessian import prior_terms
 from pymc_subsample.model.reference import (
     COSTLY_CONSTANTS_DISTANCE,
     MODE_TOLERANCE,
+    _difference_objective,
     fit_reference,
 )
 from pymc_subsample.model.setup import (
@@ -91,3 +92,55 @@ def test_an_automatic_bounds_constants_follow_a_newton_step_from_within_one_sd()
     assert asked == [False, True] and data_pass.n_passes - passes == 2
     assert distance <= MODE_TOLERANCE and refit.row_constants is not None
     assert np.max(np.abs(refit.theta_hat - fit.theta_hat) / sd) < 0.1
+
+
+def test_an_automatic_bounds_constants_come_with_the_second_pass_from_a_subsample_start():
+    """From the subsample's mode (several posterior sds off on all rows) the first pass is
+    far from the mode; Newton on the subsample's difference estimate around that pass
+    (:func:`_difference_objective`) finds the mode without another pass, so an automatic
+    bound's constants come with the second pass, as a hand-derived bound's do."""
+    lik = SubsampledLikelihood(row_models.beta(40_000, seed=1))
+    data_pass = glm_data_pass(lik, 2)
+    assert not data_pass.speculative_constants  # an automatic bound's pass
+    asked, distances = [], []
+    full = data_pass.full
+
+    def recorded(theta, **kwargs):
+        if kwargs.get("idx_chunks") is None:  # a full pass, not the subsample's
+            asked.append(kwargs.get("order") is not None)
+            distances.append(theta)
+        return full(theta, **kwargs)
+
+    data_pass.full = recorded
+    fit = fit_reference(lik, data_pass, order=2)
+    assert asked == [False, True] and fit.full_data_passes == 2
+    assert fit.row_constants is not None
+    # the first pass was beyond one Newton step's reach of the constants (the case under
+    # test), the second is the mode
+    sd = np.sqrt(np.diag(fit.frame.cov))
+    assert np.linalg.norm((distances[0] - fit.theta_hat) / sd) > COSTLY_CONSTANTS_DISTANCE
+    assert fit.newton_distance <= 0.05
+
+
+def test_the_difference_estimate_is_exact_at_its_pass_and_closer_than_the_subsample():
+    lik = SubsampledLikelihood(row_models.beta(20_000, seed=2))
+    data_pass = glm_data_pass(lik, 2)
+    fit = fit_reference(lik, data_pass)
+
+    def log_post(theta, res):
+        v, g, h = prior_terms(lik, theta, data_pass.levels)
+        return v + res.loglik, g + res.grad, -(h + res.hess)
+
+    sd = np.sqrt(np.diag(fit.frame.cov))
+    theta0 = fit.theta_hat + 3.0 * sd * np.array([1.0, -1.0, 1.0, 1.0])  # a far pass
+    chunks = [np.arange(0, 20_000, 8)]  # 2,500 rows
+    objective = _difference_objective(data_pass, log_post, chunks, 8.0, theta0,
+                                      data_pass.full(theta0))
+    exact = log_post(theta0, data_pass.full(theta0))
+    for got, want in zip(objective(theta0), exact, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-8)
+    # at the mode the estimate's gradient is near zero, the subsample's alone is not
+    near = objective(fit.theta_hat)[1] * sd
+    sub = log_post(fit.theta_hat, data_pass.full(fit.theta_hat, idx_chunks=chunks,
+                                                 weight=8.0))[1] * sd
+    assert np.linalg.norm(near) < 0.2 * np.linalg.norm(sub)

@@ -3,7 +3,8 @@ r"""The cells of a grid shared by a pass's blocks of rows, and their enclosures'
 On tall data the boxes of the automatic bound (:mod:`~pymc_subsample.bounds.automatic`) are
 narrow and many rows have nearly the same box and data. A :class:`CellGrid` splits the
 predictors' and the data's space into cells, made on a pass's first block of rows and kept for
-its other blocks: along a predictor that varies between rows a step of about a box's width,
+its other blocks: along a predictor that varies between rows a step of about a box's width
+(wider where the first block's rows would otherwise meet too many cells: :class:`RowSpans`),
 along one shared by every row (one σ for all) that row's box, and the data as exact values or
 bins. :class:`~pymc_subsample.bounds.cell_suprema.CellSuprema` encloses the row term's
 derivatives once per cell and keeps them in the grid's table, from which each row is bounded
@@ -17,13 +18,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["GROUP_MAX_SPAN", "CellFields", "CellGrid", "Locked", "same_values"]
+__all__ = ["GROUP_MAX_SPAN", "MAX_COARSEN", "CellFields", "CellGrid", "Locked", "RowSpans",
+           "same_values"]
 
 #: a cell's step along a predictor that varies between rows, in the first block's median box
 #: half-widths
 GROUP_WIDTH = 1.0
 #: a row whose box meets more steps than this along a predictor is enclosed on its own
 GROUP_MAX_SPAN = 8
+#: most doublings of the step a grid takes to fit its first block (:meth:`CellGrid.from_rows`)
+MAX_COARSEN = 5
 #: bins of a continuous data column (equal counts in the first block), besides its frequent
 #: values' own: at N = 10⁶ Beta's suprema took 3.5 processor seconds with 128 bins against
 #: 4.9 with 64 (fewer rows refined at their own point, the same expected rows per
@@ -95,7 +99,8 @@ class CellGrid(Locked):
     (:meth:`~pymc_subsample.bounds.cell_suprema.CellSuprema.suprema`).
 
     Along a predictor that varies between rows a cell is a step ``[k s, (k + 1) s]``, ``s``
-    :data:`GROUP_WIDTH` times the first block's median box half-width; along one the same on
+    :data:`GROUP_WIDTH` times the first block's median box half-width, doubled ``coarsen``
+    times where the first block would meet too many cells; along one the same on
     every row (one σ for all) it is that row's box. Its data are exact (an integer, a flag,
     a float column with at most :data:`GROUP_QUANTILES` values, a frequent value), or one of
     about :data:`GROUP_QUANTILES` bins of a continuous column (equal counts in the first
@@ -114,8 +119,9 @@ class CellGrid(Locked):
     CODE_BITS = 20
 
     def __init__(self, steps: list, shared: list, columns: list, fields: CellFields,
-                 first_rows: int) -> None:
+                 first_rows: int, coarsen: int = 0) -> None:
         self.first_rows = first_rows  # the rows of the block the grid was made from
+        self.coarsen = coarsen  # doublings of the steps (from_rows)
         self.steps = steps  # per predictor: the step, None for one shared by every row
         self.shared = shared  # the shared predictors' (value, half-width)
         self.columns = columns  # per data column: None (exact), or (bin edges, frequent)
@@ -140,16 +146,18 @@ class CellGrid(Locked):
         return self._table.shape[1]
 
     @classmethod
-    def from_rows(cls, centres, widths, data, fields: CellFields) -> CellGrid | None:
-        """The grid of a pass, from its first block's rows; ``None`` where a step is not
-        positive and finite, or more than two predictors vary between rows."""
+    def from_rows(cls, centres, widths, data, fields: CellFields,
+                  coarsen: int = 0) -> CellGrid | None:
+        """The grid of a pass, from its first block's rows, its steps doubled ``coarsen``
+        times; ``None`` where a step is not positive and finite, or more than two predictors
+        vary between rows."""
         steps, shared = [], []
         for c, w in zip(centres, widths, strict=True):
             if same_values(c) and same_values(w):
                 steps.append(None)
                 shared.append((float(c[0]), float(w[0])))
                 continue
-            step = GROUP_WIDTH * float(np.median(w))
+            step = GROUP_WIDTH * 2.0**coarsen * float(np.median(w))
             if not (step > 0.0 and np.isfinite(step)):
                 return None
             steps.append(step)
@@ -183,7 +191,7 @@ class CellGrid(Locked):
                      *(np.linspace(a, b, n, endpoint=False)
                        for a, b, n in zip(edges[:-1], edges[1:], parts, strict=True))]))
             columns.append((edges, frequent))
-        return cls(steps, shared, columns, fields, int(np.shape(centres[0])[0]))
+        return cls(steps, shared, columns, fields, int(np.shape(centres[0])[0]), coarsen)
 
     def data_codes(self, data: list[np.ndarray], n_rows: int) -> np.ndarray:
         """Each of the ``n_rows`` rows' data code (``-1`` where its data are off the grid: a
@@ -323,3 +331,53 @@ class CellGrid(Locked):
             self._keys = merged[order]
             self._ids = np.concatenate([self._ids, ids[~old]])[order]
             return ids, self._table
+
+
+class RowSpans:
+    """The cells each row's box meets on a grid
+    (:meth:`~pymc_subsample.bounds.cell_suprema.CellSuprema.suprema`): along each varying
+    predictor its first step and their count, and the step of its centre (*home*),
+    for the rows with cells (``rows``; ``own`` marks the others: data off the grid, a shared
+    predictor's box not the grid's, a box over more than :data:`GROUP_MAX_SPAN` steps), and
+    each ``(offset, row)``'s cell key."""
+
+    def __init__(self, grid: CellGrid, centres, widths, data) -> None:
+        n_rows = np.shape(centres[0])[0]
+        codes = grid.data_codes(list(data.values()), n_rows)
+        own = codes < 0
+        first, count, home = [], [], []
+        for j, shared in enumerate(grid.shared):
+            if shared is not None:
+                own |= (centres[j] != shared[0]) | (widths[j] != shared[1])
+                continue
+            step, c, w = grid.steps[j], centres[j], widths[j]
+            with np.errstate(invalid="ignore", over="ignore"):
+                # widened past the rounding of the quotients: the steps cover the box
+                margin = 2.0**-30 * (1.0 + (np.abs(c) + w) / step)
+                lo = np.floor((c - w) / step - margin)
+                hi = np.floor((c + w) / step + margin)
+                fine = (np.isfinite(lo) & np.isfinite(hi) & (np.abs(lo) < grid.max_step)
+                        & (np.abs(hi) < grid.max_step) & (hi - lo < GROUP_MAX_SPAN))
+                at = np.clip(np.floor(c / step), lo, hi)
+            own |= ~fine
+            first.append(np.where(fine, lo, 0.0).astype(np.int64))
+            count.append(np.where(fine, hi - lo + 1.0, 1.0).astype(np.int64))
+            home.append(np.where(fine, at, 0.0).astype(np.int64))
+        self.n_rows, self.own = n_rows, own
+        self.rows = rows = np.flatnonzero(~own)
+        self.first = [lo[rows] for lo in first]
+        self.count = [n[rows] for n in count]
+        self.home = [h[rows] for h in home]
+        self.dims = tuple(int(n.max()) if rows.size else 1 for n in self.count)
+        codes = codes[rows]
+        # each (offset, row)'s cell (the last step spanned past the row's count: a repeat)
+        self.keys = np.stack([grid.keys(codes, [lo + np.minimum(d, n - 1)
+                                                for lo, n, d in zip(self.first, self.count,
+                                                                    offset, strict=True)])
+                              for offset in np.ndindex(*self.dims)])
+
+    def fit(self, share: float) -> bool:
+        """Whether at least ``share`` of the rows have cells and the cells they meet are at
+        most ``share`` of the rows (the rows then share cells)."""
+        return (self.rows.size >= share * self.n_rows
+                and np.unique(self.keys).size <= share * self.n_rows)

@@ -25,6 +25,7 @@ import pymc as pm
 
 from pymc_subsample.errors import SubsamplingModelError
 from pymc_subsample.kernels.indexing import distinct_rows, distinct_runs
+from pymc_subsample.model.data_pass import PassResult
 from pymc_subsample.model.frame import (
     LaplaceFrame,
     NotPositiveDefiniteError,
@@ -52,6 +53,9 @@ MODE_TOLERANCE = 0.25
 #: the reference fit's debug log on ``benchmarks/automatic_bounds.py``'s models), so the pass
 #: after one from within 2 sd is the mode's (a miss costs one more constants pass)
 COSTLY_CONSTANTS_DISTANCE = 2.0
+#: Newton distance (posterior sds) to which :func:`_difference_objective`'s Newton converges
+#: before the constants' pass: the estimate's own error is what is left
+DIFFERENCE_TOLERANCE = 0.02
 
 
 @dataclass
@@ -188,6 +192,8 @@ def fit_reference(
         theta = lik.ravel(lik.initial_point)
     n_sub = subsample_rows or _subsample_rows(n, d)
     whitening: LaplaceFrame | None = None
+    #: the subsample's row chunks and weight N/n (None without a subsample)
+    subsample: tuple[list[np.ndarray], float] | None = None
 
     def full_objective(th):
         return log_post(th, data_pass.full(th))
@@ -211,6 +217,7 @@ def fit_reference(
                     for i in range(0, rows.size, SETUP_CHUNK_ROWS)]
 
         chunks = chunks_of(idx)
+        subsample = chunks, n / n_sub
 
         def sub_objective(th):
             res = data_pass.full(th, idx_chunks=chunks, weight=n / n_sub)
@@ -344,6 +351,18 @@ def fit_reference(
         # after one Newton step from within a few dozen sds the next pass is usually the last
         whitening, expect_converged = frame, distance <= 25.0
         at_mode = data_pass.speculative_constants or distance <= COSTLY_CONSTANTS_DISTANCE
+        if (not at_mode and expect_converged and not want_constants and order is not None
+                and subsample is not None and isinstance(res.hess, np.ndarray)):
+            # costly constants: Newton on the subsample's difference estimate of the log
+            # posterior (exact at θ) finds the mode without another pass (their pass next)
+            refined, _, converged, refined_frame = newton_with_frame(
+                _difference_objective(data_pass, log_post, *subsample, theta, res), theta,
+                tolerance=DIFFERENCE_TOLERANCE, max_steps=10, start=(value, g_post, prec))
+            _log.debug("difference estimate's Newton: converged %s, %.3g sd from the pass",
+                       converged, frame.newton_distance(prec @ (refined - theta)))
+            if converged:
+                theta, whitening, at_mode = refined, refined_frame, True
+                continue
         if distance > 25.0 and not damped_restart:
             # far from the mode (a poor map_point, or a subsample that misses what a few
             # rows inform, like rare binary columns): plain Newton steps may overshoot, so
@@ -435,6 +454,36 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
     res = data_pass.full(found.theta, whiten_rows=frame.whiten_rows if order else None,
                          order=order, levels=frame.n_levels if order else 0)
     return res, frame
+
+
+def _difference_objective(data_pass, log_post, chunks: list[np.ndarray], weight: float,
+                          theta_pass: np.ndarray, at_pass: PassResult):
+    r"""The log posterior estimated near a full pass at ``θ₀`` from the subsample ``chunks``
+    (weighted ``N/n``): its sums ``ℓ_S, g_S, H_S`` plus the full pass's second-order Taylor
+    expansion of the rows the subsample leaves out,
+
+    .. math::
+
+        \tilde\ell(θ) = \ell_S(θ) + Δ\ell + Δg^\top(θ - θ_0)
+            + \tfrac12 (θ - θ_0)^\top ΔH (θ - θ_0),
+
+    with ``Δ`` the full pass's sums less the subsample's at ``θ₀`` (a difference estimator
+    with the Taylor expansion as control variate): exact at ``θ₀``, and off the mode by the
+    subsample's estimate of the third-order remainder, where the subsample itself is off by
+    ``√(N/n)`` posterior sds. One subsample pass a call."""
+    at_sub = data_pass.full(theta_pass, idx_chunks=chunks, weight=weight)
+    d_loglik = at_pass.loglik - at_sub.loglik
+    d_grad = at_pass.grad - at_sub.grad
+    d_hess = at_pass.hess - at_sub.hess
+
+    def objective(theta: np.ndarray):
+        res = data_pass.full(theta, idx_chunks=chunks, weight=weight)
+        delta = theta - theta_pass
+        return log_post(theta, PassResult(
+            res.loglik + d_loglik + d_grad @ delta + 0.5 * delta @ d_hess @ delta,
+            res.grad + d_grad + d_hess @ delta, res.hess + d_hess))
+
+    return objective
 
 
 def _damped_newton(full_objective, theta: np.ndarray, tolerance: float, start: tuple):
