@@ -411,24 +411,31 @@ def _grouped_case(name, rng):
     return hats, norms, (np.minimum(t, c), np.full(N_GROUPED, c))
 
 
-@pytest.mark.parametrize("name, row", [("beta_binomial", _beta_binomial_row),
-                                       ("censored_weibull", _censored_weibull_row)])
-def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, monkeypatch):
+@pytest.mark.parametrize("name, row, narrow", [("beta_binomial", _beta_binomial_row, 1),
+                                               ("censored_weibull", _censored_weibull_row, 1),
+                                               ("censored_weibull", _censored_weibull_row, 16)])
+def test_grouped_suprema_hold_at_random_points_and_stay_tight(name, row, narrow, monkeypatch):
     """On many narrow boxes the enclosures are taken once per cell of a grid (a continuous
     column's bins as intervals; ``CellSuprema.suprema``): the suprema still bound PyTensor's
     derivatives at random points and at the corners of every box, and their sums are within
-    :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures' (the cost of the wider cells)."""
+    :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures' (the cost of the wider cells).
+
+    Boxes narrow like 1/√N: on boxes ``narrow`` = 16 times narrower (a taller data set's) the
+    first block's rows would each meet cells of their own at one box width a step, and be
+    enclosed one by one; the grid doubles its step until they share cells."""
     from pymc_subsample.bounds import automatic
 
-    rng = np.random.default_rng([RNG_SEED, 17, len(name)])
+    rng = np.random.default_rng([RNG_SEED, 17, len(name), narrow])
     hats, norms, values = _grouped_case(name, rng)
+    norms = [s / narrow for s in norms]
     radius = 5.0
     auto, (p0, p1), data = _automatic_family(name, row)
     rows = [np.broadcast_to(v, (N_GROUPED,)) for v in values]
     sup = auto.all_suprema(2, tuple(norms), rows[0], tuple(hats), radius, values)
-    # the grouped path is taken: the rows share far fewer cells than they are
-    grids = [g for g in auto._cells.grids.values() if g is not None]
-    assert grids and grids[0].n_cells < N_GROUPED / 2
+    # the grouped path is taken: the rows share far fewer cells than they are (this case's
+    # grid: the family is shared by the cases)
+    grid = auto._cells.grids[2, ((1.2, radius * float(norms[1][0])),)]
+    assert grid.n_cells < N_GROUPED / 2 and (grid.coarsen > 0) == (narrow > 1)
     assert all(np.isfinite(s).all() for s in sup.values())
     alphas, graphs = auto.derivatives(2)
     point_fn = pytensor.function([p0, p1, *data], graphs[: len(sup)], mode="FAST_COMPILE",
@@ -603,40 +610,3 @@ def test_piece_boxes_cover_each_box_part_by_part(pieces):
                 assert np.all(lo[along[0]] <= hi[before])
             if k == counts[j] - 1:
                 assert np.all(hi[along[0]] >= centres[j] + halves[j])
-
-
-def test_a_grid_coarsens_until_its_first_block_shares_cells(monkeypatch):
-    """Boxes narrow like 1/√N: on boxes a sixteenth as wide as the grouped test's (a taller
-    data set's) the first block's rows would each meet cells of their own at one box width a
-    step, and be enclosed one by one; the grid doubles its step until they share cells, and
-    its suprema still bound the derivatives at the corners and random points of every box,
-    within :data:`GROUPED_TIGHTNESS` of the row-by-row enclosures'."""
-    from pymc_subsample.bounds import automatic
-
-    rng = np.random.default_rng([RNG_SEED, 23])
-    hats, norms, values = _grouped_case("censored_weibull", rng)
-    norms = [s / 16.0 for s in norms]
-    radius = 5.0
-    auto, (p0, p1), data = _automatic_family("censored_weibull", _censored_weibull_row)
-    rows = [np.broadcast_to(v, (N_GROUPED,)) for v in values]
-    sup = auto.all_suprema(2, tuple(norms), rows[0], tuple(hats), radius, values)
-    # this case's grid (the family is shared with the test above: its grids are there too)
-    grid = auto._cells.grids[2, ((1.2, radius * float(norms[1][0])),)]
-    assert grid.coarsen > 0 and grid.n_cells < N_GROUPED / 2
-    alphas, graphs = auto.derivatives(2)
-    point_fn = pytensor.function([p0, p1, *data], graphs[: len(sup)], mode="FAST_COMPILE",
-                                 on_unused_input="ignore")
-    some = rng.choice(N_GROUPED, 400, replace=False)
-    some_values = [v[some] for v in values]
-    corners = [np.array([a, b]) for a in (-1.0, 1.0) for b in (-1.0, 1.0)]
-    for u in [*corners, *(rng.uniform(-1, 1, (2, some.size)) for _ in range(2))]:
-        points = [h[some] + radius * s[some] * u[j]
-                  for j, (h, s) in enumerate(zip(hats, norms, strict=True))]
-        exact = dict(zip(alphas, point_fn(*points, *some_values), strict=False))
-        for alpha, s_alpha in sup.items():
-            assert np.all(np.abs(exact[alpha]) <= s_alpha[some]), alpha
-    monkeypatch.setattr(automatic, "GROUP_MIN_ROWS", 10 * N_GROUPED)  # row by row
-    own = auto.all_suprema(2, tuple(norms), rows[0], tuple(hats), radius, values)
-    for alpha, s_alpha in sup.items():
-        ratio = s_alpha.sum() / own[alpha].sum()
-        assert ratio <= GROUPED_TIGHTNESS, (alpha, ratio)

@@ -192,7 +192,7 @@ def fit_reference(
         theta = lik.ravel(lik.initial_point)
     n_sub = subsample_rows or _subsample_rows(n, d)
     whitening: LaplaceFrame | None = None
-    #: the subsample's row chunks and weight N/n (None without a subsample)
+    # the subsample's row chunks and weight N/n (None without a subsample)
     subsample: tuple[list[np.ndarray], float] | None = None
 
     def full_objective(th):
@@ -266,7 +266,8 @@ def fit_reference(
     marginal = None  # (pass, frame) at the group scales' marginal mode, for a funnel
     t_pass = time.perf_counter()
     # costly constants (an automatic bound's) only on a pass at a point found to be the mode,
-    # or one Newton step from within COSTLY_CONSTANTS_DISTANCE of it
+    # one Newton step from within COSTLY_CONSTANTS_DISTANCE of it, or the mode of the
+    # difference estimate (_difference_objective) from a pass farther away
     at_mode = data_pass.speculative_constants
 
     def damped_from(theta: np.ndarray, start: tuple) -> np.ndarray:
@@ -459,8 +460,8 @@ def _at_marginal_mode(lik: SubsampledLikelihood, data_pass, log_post, order: int
 def _difference_objective(data_pass, log_post, chunks: list[np.ndarray], weight: float,
                           theta_pass: np.ndarray, at_pass: PassResult):
     r"""The log posterior estimated near a full pass at ``θ₀`` from the subsample ``chunks``
-    (weighted ``N/n``): its sums ``ℓ_S, g_S, H_S`` plus the full pass's second-order Taylor
-    expansion of the rows the subsample leaves out,
+    (weighted ``N/n``): its sums ``ℓ_S, g_S, H_S`` plus the second-order Taylor expansion at
+    ``θ₀`` of what the full pass's sums differ from them by,
 
     .. math::
 
@@ -468,9 +469,9 @@ def _difference_objective(data_pass, log_post, chunks: list[np.ndarray], weight:
             + \tfrac12 (θ - θ_0)^\top ΔH (θ - θ_0),
 
     with ``Δ`` the full pass's sums less the subsample's at ``θ₀`` (a difference estimator
-    with the Taylor expansion as control variate): exact at ``θ₀``, and off the mode by the
-    subsample's estimate of the third-order remainder, where the subsample itself is off by
-    ``√(N/n)`` posterior sds. One subsample pass a call."""
+    with the Taylor expansion as control variate): exact at ``θ₀``, its error elsewhere only
+    the subsample's error in the rows' remainder beyond second order, where the subsample's
+    own mode is about ``√(N/n)`` posterior sds off. One subsample pass a call."""
     at_sub = data_pass.full(theta_pass, idx_chunks=chunks, weight=weight)
     d_loglik = at_pass.loglik - at_sub.loglik
     d_grad = at_pass.grad - at_sub.grad
