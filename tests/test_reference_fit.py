@@ -102,13 +102,13 @@ def test_an_automatic_bounds_constants_come_with_the_second_pass_from_a_subsampl
     lik = SubsampledLikelihood(row_models.beta(40_000, seed=1))
     data_pass = glm_data_pass(lik, 2)
     assert not data_pass.speculative_constants  # an automatic bound's pass
-    asked, distances = [], []
+    asked, points = [], []
     full = data_pass.full
 
     def recorded(theta, **kwargs):
         if kwargs.get("idx_chunks") is None:  # a full pass, not the subsample's
             asked.append(kwargs.get("order") is not None)
-            distances.append(theta)
+            points.append(theta)
         return full(theta, **kwargs)
 
     data_pass.full = recorded
@@ -118,7 +118,7 @@ def test_an_automatic_bounds_constants_come_with_the_second_pass_from_a_subsampl
     # the first pass was beyond one Newton step's reach of the constants (the case under
     # test), the second is the mode
     sd = np.sqrt(np.diag(fit.frame.cov))
-    assert np.linalg.norm((distances[0] - fit.theta_hat) / sd) > COSTLY_CONSTANTS_DISTANCE
+    assert np.linalg.norm((points[0] - fit.theta_hat) / sd) > COSTLY_CONSTANTS_DISTANCE
     assert fit.newton_distance <= 0.05
 
 

@@ -375,9 +375,17 @@ class RowSpans:
                                                 for lo, n, d in zip(self.first, self.count,
                                                                     offset, strict=True)])
                               for offset in np.ndindex(*self.dims)])
+        self._unique: tuple[np.ndarray, np.ndarray] | None = None
+
+    def unique_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct cells the rows meet (sorted keys) and where each of :attr:`keys` is
+        among them (``np.unique`` with ``return_inverse``, computed once)."""
+        if self._unique is None:
+            self._unique = np.unique(self.keys, return_inverse=True)
+        return self._unique
 
     def fit(self, share: float) -> bool:
         """Whether at least ``share`` of the rows have cells and the cells they meet are at
         most ``share`` of the rows (the rows then share cells)."""
         return (self.rows.size >= share * self.n_rows
-                and np.unique(self.keys).size <= share * self.n_rows)
+                and self.unique_keys()[0].size <= share * self.n_rows)

@@ -138,15 +138,17 @@ class CellSuprema(Locked):
         new cells (:meth:`enclose`).
         """
         n_rows = np.shape(centres[0])[0]
-        grid = self._grid(order, centres, widths, data, n_alpha, len(graphs) - n_alpha)
+        grid, spans = self._grid(order, centres, widths, data, n_alpha, len(graphs) - n_alpha)
         if grid is None:
             return None
-        spans = RowSpans(grid, centres, widths, data)
+        # the block that made the grid has its spans already
+        if spans is None:
+            spans = RowSpans(grid, centres, widths, data)
         own, rows, first, home, dims = spans.own, spans.rows, spans.first, spans.home, spans.dims
         if rows.size < GROUP_MAX_SHARE * n_rows:
             return None  # most rows have no cells: no work saved
         keys = spans.keys
-        unique, inverse = np.unique(keys, return_inverse=True)
+        unique, inverse = spans.unique_keys()
         ids, table = grid.lookup(unique)
         missing = unique[ids < 0]
         # the cells these rows meet, not the ones earlier blocks left to make: the choice is
@@ -425,9 +427,11 @@ class CellSuprema(Locked):
         refine[by_gain[n_kept:]] = True
         return refine & ~skip
 
-    def _grid(self, order, centres, widths, data, n_alpha, n_beta) -> CellGrid | None:
+    def _grid(self, order, centres, widths, data, n_alpha, n_beta
+              ) -> tuple[CellGrid | None, RowSpans | None]:
         """The pass's cell grid (made from the first block that asks, kept while the shared
-        predictors keep their values), or ``None`` where there is none. The pass computes its
+        predictors keep their values), or ``None`` where there is none, and, to the block that
+        made it, that block's :class:`RowSpans` on it (else ``None``). The pass computes its
         first block before it hands out the others (``first_alone`` of
         :func:`~pymc_subsample.model.cluster.map_row_blocks`), so the grid is that block's
         whichever thread or worker computes the rest."""
@@ -444,14 +448,18 @@ class CellSuprema(Locked):
                 # cells: the boxes narrow like 1/√N, and at 4·10⁶ rows a Beta regression's
                 # first block met more cells than half its rows (every row then enclosed on
                 # its own box: 124 s of passes)
+                spans = None
                 for coarsen in range(MAX_COARSEN + 1):
                     grid = CellGrid.from_rows(centres, widths, list(data.values()), fields,
                                               coarsen)
-                    if grid is None or RowSpans(grid, centres, widths, data).fit(
-                            GROUP_MAX_SHARE):
+                    if grid is None:
+                        break
+                    spans = RowSpans(grid, centres, widths, data)
+                    if spans.fit(GROUP_MAX_SHARE):
                         break
                 self.grids[key] = grid
-            return self.grids[key]
+                return grid, spans
+            return self.grids[key], None
 
 
 def _joined(parts: list) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
